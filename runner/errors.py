@@ -1,0 +1,31 @@
+"""Errors a user can act on. The CLI prints each as one line and exits with its code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ValidationError
+
+
+class RunnerError(Exception):
+    """A failure explained in one line; ``exit_code`` is what the CLI returns."""
+
+    exit_code = 1
+
+
+class InputError(RunnerError):
+    """Bad input (a malformed lock, a missing file): exit code 2."""
+
+    exit_code = 2
+
+
+def describe_validation_error(source: Path | str, error: ValidationError) -> str:
+    """One line naming the file, the first failing field and the problem."""
+    first = error.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown field"
+    more = len(error.errors()) - 1
+    tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    return f"{source}: {field}: {message}{tail}"

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs and starts everything the lab needs on a Debian host, as root. Idempotent.
+# Used by the README's first command and by .ci/run, so a fresh machine and CI agree.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export DEBIAN_FRONTEND=noninteractive
+apt_packages=(
+  libvirt-daemon-system libvirt-clients libvirt-dev pkg-config
+  qemu-system-arm qemu-system-x86 qemu-efi-aarch64 qemu-utils
+  mmdebstrap qemu-user-static binfmt-support e2fsprogs
+  openssh-client git sqlite3
+)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# arm64 binaries under emulation (mmdebstrap's second stage runs them).
+mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true
+
+# No systemd here: start the daemons ourselves when they are not running.
+pgrep -x virtlogd >/dev/null || virtlogd -d
+pgrep -x libvirtd >/dev/null || libvirtd -d
+for _ in $(seq 1 50); do virsh -c qemu:///system version >/dev/null 2>&1 && break; sleep 0.2; done
+
+python3 -m pip install -q -e '.[dev]'
