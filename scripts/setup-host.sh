@@ -8,7 +8,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt_packages=(
   libvirt-daemon-system libvirt-clients libvirt-dev pkg-config
   qemu-system-arm qemu-system-x86 qemu-efi-aarch64 qemu-utils
-  mmdebstrap qemu-user-static binfmt-support e2fsprogs
+  mmdebstrap arch-test qemu-user-static binfmt-support e2fsprogs
   openssh-client git sqlite3
 )
 missing=()
