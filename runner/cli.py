@@ -1,0 +1,34 @@
+"""The ``runner`` command: wires one module per verb; errors become one line and an exit code."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from runner.errors import RunnerError
+from runner.report_cmd import report_command
+from runner.schedule_cmd import schedule_command
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Provision a frozen benchmark VM and run a frozen schedule of coding-agent cells in it."""
+
+
+cli.add_command(schedule_command)
+cli.add_command(report_command)
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except RunnerError as error:
+        click.echo(f"runner: error: {error}", err=True)
+        sys.exit(error.exit_code)
+    except click.exceptions.Abort:
+        click.echo("runner: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)

@@ -1,0 +1,84 @@
+"""RunPaths owns a run directory: every file of a run is named here and nowhere else.
+
+    <run_dir>/
+        lock.toml             the lock exactly as given (bytes)
+        schedule.json         canonical JSON of the schedule; its sha256 is the schedule SHA-256
+        cells.jsonl           the ledger: one validated line per finished cell, append-only
+        attempts/<cell>/      attempt-<n>.json per attempt (started, interrupted): evidence
+        trials/<cell>/        Harbor trial directories copied back from the guest
+        proxy/<cell>.json     per-cell physical POST and usage counts (never a key)
+        scan.json             credential scan of every retained root
+        verify/               frozen-state audits (final.json + ansible-runner artifacts)
+        receipt.json          the receipt (status per batch and overall)
+        report.md, report.png the human report
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    run_dir: Path
+
+    @property
+    def lock(self) -> Path:
+        return self.run_dir / "lock.toml"
+
+    @property
+    def schedule(self) -> Path:
+        return self.run_dir / "schedule.json"
+
+    @property
+    def ledger(self) -> Path:
+        return self.run_dir / "cells.jsonl"
+
+    @property
+    def attempts_dir(self) -> Path:
+        return self.run_dir / "attempts"
+
+    def attempt(self, cell_id: str, attempt: int) -> Path:
+        return self.attempts_dir / cell_id / f"attempt-{attempt}.json"
+
+    def torn_ledger_tail(self, stamp: str) -> Path:
+        return self.attempts_dir / f"torn-ledger-tail-{stamp}.txt"
+
+    @property
+    def trials_dir(self) -> Path:
+        return self.run_dir / "trials"
+
+    def trial(self, cell_id: str) -> Path:
+        return self.trials_dir / cell_id
+
+    @property
+    def proxy_dir(self) -> Path:
+        return self.run_dir / "proxy"
+
+    def proxy_counts(self, cell_id: str) -> Path:
+        return self.proxy_dir / f"{cell_id}.json"
+
+    @property
+    def scan(self) -> Path:
+        return self.run_dir / "scan.json"
+
+    @property
+    def verify_dir(self) -> Path:
+        return self.run_dir / "verify"
+
+    @property
+    def final_verify(self) -> Path:
+        return self.verify_dir / "final.json"
+
+    @property
+    def receipt(self) -> Path:
+        return self.run_dir / "receipt.json"
+
+    @property
+    def report_md(self) -> Path:
+        return self.run_dir / "report.md"
+
+    @property
+    def report_png(self) -> Path:
+        return self.run_dir / "report.png"
