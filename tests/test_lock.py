@@ -1,0 +1,84 @@
+"""The lock: the shipped locks load, fingerprints are stable, every bad lock is one clear line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.errors import InputError
+from runner.lock import load_lock
+
+CASES = json.loads((Path(__file__).parent / "bad_locks" / "cases.json").read_text())
+
+
+def test_reference_lock_loads(seed_lock_path: Path) -> None:
+    lock = load_lock(seed_lock_path)
+    assert [m.label for m in lock.models] == ["seal/glm-5.3", "seal/gpt-5.6-luna"]
+    assert lock.tasks.ids == ("git-leak-recovery", "sqlite-db-truncate", "cancel-async-tasks")
+    assert lock.tasks.commit == "d1f1920f2d817a831f466d0ff363ef795a9a3b00"
+    assert [h.label for h in lock.harnesses] == ["Bare Pi", "Pi + OpenPI", "OMP"]
+    assert (lock.repeats, lock.cell_deadline_seconds, lock.concurrency) == (3, 1800, 1)
+    assert (lock.tools.bun, lock.tools.harbor) == ("1.3.14", "0.20.0")
+    assert lock.harnesses[2].package.version == "17.2.12"
+
+
+def test_fingerprint_is_stable_and_content_sensitive(seed_lock_path: Path, tmp_path: Path) -> None:
+    first = load_lock(seed_lock_path).fingerprint
+    reordered = tmp_path / "lock.toml"
+    # Whitespace and comments are not content; a changed value is.
+    reordered.write_text("# a comment\n" + seed_lock_path.read_text().replace(" = ", "="))
+    assert load_lock(reordered).fingerprint == first
+    reordered.write_text(seed_lock_path.read_text().replace("repeats = 3", "repeats = 2"))
+    assert load_lock(reordered).fingerprint != first
+    assert first.startswith("sha256:") and len(first) == 71
+
+
+def test_demo_lock_uses_scripted_provider(repo: Path) -> None:
+    lock = load_lock(repo / "locks" / "demo.toml")
+    assert all(model.base_url.startswith("scripted://") for model in lock.models)
+
+
+def _bad_lock(seed_lock_path: Path, tmp_path: Path, case: dict[str, object]) -> Path:
+    old, new = case["replace"]  # type: ignore[misc]
+    text = seed_lock_path.read_text()
+    assert old in text, f"case {case['name']} no longer applies to the reference lock"
+    path = tmp_path / f"{case['name']}.toml"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
+def test_bad_lock_is_one_line_naming_file_and_field(
+    seed_lock_path: Path, tmp_path: Path, case: dict[str, str]
+) -> None:
+    path = _bad_lock(seed_lock_path, tmp_path, case)
+    with pytest.raises(InputError) as raised:
+        load_lock(path)
+    message = str(raised.value)
+    assert message.startswith(f"{path}: ")
+    assert case["expect"] in message
+    assert "\n" not in message
+    if "secret" in case:
+        assert case["secret"] not in message
+
+
+@pytest.mark.parametrize("case", CASES[:4], ids=[case["name"] for case in CASES[:4]])
+def test_cli_bad_lock_exit_2_without_traceback(
+    seed_lock_path: Path, tmp_path: Path, case: dict[str, str]
+) -> None:
+    path = _bad_lock(seed_lock_path, tmp_path, case)
+    result = subprocess.run(
+        [sys.executable, "-c", "from runner.cli import main; main()", "schedule", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "Traceback" not in result.stderr
+    assert case["expect"] in result.stderr
+    assert not (tmp_path / "schedule.json").exists()
