@@ -16,7 +16,7 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Temp file in the same directory, fsync, ``os.replace``: readers see old or new, never half."""
+    """Temp file beside the target, fsync, ``os.replace``: readers see old or new, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:

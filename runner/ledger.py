@@ -47,9 +47,7 @@ class LedgerLine(FrozenModel):
     provider_tokens: int | None = Field(ge=0)
     physical_posts: int = Field(ge=0)
     logical_attempts: int = Field(ge=0)
-    unattributed_provider_post_requests: int = Field(
-        ge=0, alias="unattributedProviderPostRequests"
-    )
+    unattributed_provider_post_requests: int = Field(ge=0, alias="unattributedProviderPostRequests")
     artifacts: tuple[Artifact, ...] = ()
 
     @model_validator(mode="after")
@@ -103,7 +101,9 @@ class Ledger:
                 where = f"{self.paths.ledger}:{number}"
                 raise InputError(describe_validation_error(where, error)) from None
             if line.cell_id in seen:
-                raise InputError(f"{self.paths.ledger}:{number}: cell {line.cell_id} recorded twice")
+                raise InputError(
+                    f"{self.paths.ledger}:{number}: cell {line.cell_id} recorded twice"
+                )
             seen.add(line.cell_id)
             lines.append(line)
         return lines
@@ -127,7 +127,9 @@ class Ledger:
 
     def append(self, line: LedgerLine) -> None:
         if line.cell_id in {recorded.cell_id for recorded in self.lines()}:
-            raise RunnerError(f"cell {line.cell_id} is already in the ledger; not counting it twice")
+            raise RunnerError(
+                f"cell {line.cell_id} is already in the ledger; not counting it twice"
+            )
         payload = line.model_dump_json(by_alias=True) + "\n"
         self.paths.ledger.parent.mkdir(parents=True, exist_ok=True)
         with self.paths.ledger.open("a") as handle:
@@ -169,4 +171,3 @@ class Ledger:
         """Cells without a ledger line, in schedule order."""
         done = {line.cell_id for line in self.lines()}
         return [cell for cell in cells if cell.id not in done]
-

@@ -24,7 +24,7 @@ from pydantic import (
 from runner.canonical import canonical_json, sha256_digest
 from runner.errors import InputError, describe_validation_error
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 
 _SLUG = r"^[a-z0-9][a-z0-9._-]*$"
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")

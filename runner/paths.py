@@ -1,16 +1,16 @@
 """RunPaths owns a run directory: every file of a run is named here and nowhere else.
 
-    <run_dir>/
-        lock.toml             the lock exactly as given (bytes)
-        schedule.json         canonical JSON of the schedule; its sha256 is the schedule SHA-256
-        cells.jsonl           the ledger: one validated line per finished cell, append-only
-        attempts/<cell>/      attempt-<n>.json per attempt (started, interrupted): evidence
-        trials/<cell>/        Harbor trial directories copied back from the guest
-        proxy/<cell>.json     per-cell physical POST and usage counts (never a key)
-        scan.json             credential scan of every retained root
-        verify/               frozen-state audits (final.json + ansible-runner artifacts)
-        receipt.json          the receipt (status per batch and overall)
-        report.md, report.png the human report
+<run_dir>/
+    lock.toml             the lock exactly as given (bytes)
+    schedule.json         canonical JSON of the schedule; its sha256 is the schedule SHA-256
+    cells.jsonl           the ledger: one validated line per finished cell, append-only
+    attempts/<cell>/      attempt-<n>.json per attempt (started, interrupted): evidence
+    trials/<cell>/        Harbor trial directories copied back from the guest
+    proxy/<cell>.json     per-cell physical POST and usage counts (never a key)
+    scan.json             credential scan of every retained root
+    verify/               frozen-state audits (final.json + ansible-runner artifacts)
+    receipt.json          the receipt (status per batch and overall)
+    report.md, report.png the human report
 """
 
 from __future__ import annotations

@@ -119,12 +119,16 @@ def totals(lines: Iterable[LedgerLine]) -> Totals:
 
 
 def _grouped(
-    lines: list[LedgerLine], keys: Iterable[str], key_of: Callable[[LedgerLine], str],
+    lines: list[LedgerLine],
+    keys: Iterable[str],
+    key_of: Callable[[LedgerLine], str],
     label_of: Callable[[str], str],
 ) -> tuple[GroupSummary, ...]:
     return tuple(
         GroupSummary(
-            key=key, label=label_of(key), totals=totals(line for line in lines if key_of(line) == key)
+            key=key,
+            label=label_of(key),
+            totals=totals(line for line in lines if key_of(line) == key),
         )
         for key in keys
     )

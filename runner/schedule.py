@@ -19,7 +19,7 @@ from pydantic import Field
 from runner.canonical import canonical_json, sha256_digest
 from runner.lock import FrozenModel, Lock
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 
 
 class Cell(FrozenModel):
@@ -79,7 +79,7 @@ def build_schedule(lock: Lock) -> Schedule:
             tasks = list(lock.tasks.ids)
             _seeded_rng(lock.schedule_seed, model.id, repeat).shuffle(tasks)
             blocks.extend((task, repeat) for task in tasks)
-        cells = []
+        cells: list[Cell] = []
         for block_index, (task, repeat) in enumerate(blocks):
             for offset in range(len(harnesses)):
                 harness = harnesses[(block_index + offset) % len(harnesses)]

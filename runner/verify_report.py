@@ -1,4 +1,4 @@
-"""The result of one frozen-state audit (``runner verify``): did the guest still match its freeze?"""
+"""The result of one frozen-state audit (``runner verify``): does the guest match its freeze?"""
 
 from __future__ import annotations
 

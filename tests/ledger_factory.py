@@ -59,7 +59,7 @@ def new_run_dir(lock_path: Path, run_dir: Path) -> tuple[RunPaths, Schedule]:
 def split(total: float, parts: int, *, integer: bool) -> list[float]:
     """``total`` over ``parts`` cells; the remainder goes to the first cell."""
     if integer:
-        base = int(total) // parts
-        return [base + (int(total) - base * parts if i == 0 else 0) for i in range(parts)]
-    base = round(total / parts, 3)
-    return [round(total - base * (parts - 1), 3) if i == 0 else base for i in range(parts)]
+        whole = int(total) // parts
+        return [whole + (int(total) - whole * parts if i == 0 else 0) for i in range(parts)]
+    share = round(total / parts, 3)
+    return [round(total - share * (parts - 1), 3) if i == 0 else share for i in range(parts)]

@@ -4,12 +4,12 @@ attempts as evidence without counting them; reconciliation fails closed."""
 from __future__ import annotations
 
 import pytest
-from tests.ledger_factory import line_for, new_run_dir
 
 from runner.errors import InputError, RunnerError
 from runner.ledger import Ledger, LedgerLine
-from runner.receipt import build_receipt
 from runner.lock import load_lock
+from runner.receipt import build_receipt
+from tests.ledger_factory import line_for, new_run_dir
 
 
 def test_append_and_reload(seed_lock_path, tmp_path) -> None:
@@ -38,7 +38,7 @@ def test_surplus_must_match_counts(seed_lock_path, tmp_path) -> None:
 def test_resume_skips_finished_and_keeps_interrupted_attempt(seed_lock_path, tmp_path) -> None:
     paths, schedule = new_run_dir(seed_lock_path, tmp_path / "run")
     ledger = Ledger(paths)
-    done, interrupted, *rest = schedule.cells
+    done, interrupted, *_rest = schedule.cells
     ledger.begin_attempt(done)
     ledger.finish(line_for(done))
     ledger.begin_attempt(interrupted)  # ... and the runner is killed here

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,8 +43,8 @@ def test_demo_lock_uses_scripted_provider(repo: Path) -> None:
     assert all(model.base_url.startswith("scripted://") for model in lock.models)
 
 
-def _bad_lock(seed_lock_path: Path, tmp_path: Path, case: dict[str, object]) -> Path:
-    old, new = case["replace"]  # type: ignore[misc]
+def _bad_lock(seed_lock_path: Path, tmp_path: Path, case: dict[str, Any]) -> Path:
+    old, new = case["replace"]
     text = seed_lock_path.read_text()
     assert old in text, f"case {case['name']} no longer applies to the reference lock"
     path = tmp_path / f"{case['name']}.toml"
@@ -53,7 +54,7 @@ def _bad_lock(seed_lock_path: Path, tmp_path: Path, case: dict[str, object]) -> 
 
 @pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
 def test_bad_lock_is_one_line_naming_file_and_field(
-    seed_lock_path: Path, tmp_path: Path, case: dict[str, str]
+    seed_lock_path: Path, tmp_path: Path, case: dict[str, Any]
 ) -> None:
     path = _bad_lock(seed_lock_path, tmp_path, case)
     with pytest.raises(InputError) as raised:
@@ -68,7 +69,7 @@ def test_bad_lock_is_one_line_naming_file_and_field(
 
 @pytest.mark.parametrize("case", CASES[:4], ids=[case["name"] for case in CASES[:4]])
 def test_cli_bad_lock_exit_2_without_traceback(
-    seed_lock_path: Path, tmp_path: Path, case: dict[str, str]
+    seed_lock_path: Path, tmp_path: Path, case: dict[str, Any]
 ) -> None:
     path = _bad_lock(seed_lock_path, tmp_path, case)
     result = subprocess.run(

@@ -20,7 +20,9 @@ def test_reference_schedule_shape(seed_lock_path: Path) -> None:
     for batch in schedule.batches:
         assert batch.lock_fingerprint == lock.for_model(batch.model).fingerprint
         assert Counter(cell.harness for cell in batch.cells) == {
-            "bare-pi": 9, "openpi": 9, "omp": 9,
+            "bare-pi": 9,
+            "openpi": 9,
+            "omp": 9,
         }
         assert is_balanced(batch, 3)
         for counter in position_counts(batch, 3).values():
@@ -36,8 +38,15 @@ def test_reference_schedule_shape(seed_lock_path: Path) -> None:
 def test_seed_shuffles_task_order(seed_lock_path: Path) -> None:
     lock = load_lock(seed_lock_path)
     orders = {
-        tuple(dict.fromkeys(c.task for c in build_schedule(lock.model_copy(
-            update={"schedule_seed": seed})).batches[0].cells if c.repeat == 1))
+        tuple(
+            dict.fromkeys(
+                c.task
+                for c in build_schedule(lock.model_copy(update={"schedule_seed": seed}))
+                .batches[0]
+                .cells
+                if c.repeat == 1
+            )
+        )
         for seed in range(12)
     }
     assert len(orders) > 1
@@ -53,9 +62,18 @@ def test_same_lock_same_bytes_and_hash(seed_lock_path: Path, tmp_path: Path) -> 
     for run in ("a", "b"):
         out = tmp_path / f"{run}.json"
         result = subprocess.run(
-            [sys.executable, "-c", "from runner.cli import main; main()", "schedule",
-             str(seed_lock_path), "--out", str(out)],
-            capture_output=True, text=True, check=True,
+            [
+                sys.executable,
+                "-c",
+                "from runner.cli import main; main()",
+                "schedule",
+                str(seed_lock_path),
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         assert "54 cells written" in result.stdout
         outputs.append((out.read_bytes(), result.stdout.strip().splitlines()[-1]))
