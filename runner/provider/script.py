@@ -1,0 +1,104 @@
+"""What the offline scripted provider answers: a script per task, given inline or built from a task.
+
+A script is a list of assistant turns played in order, then a final text turn that stops the
+agent. A fault plan names POSTs (counted from the moment the script is loaded) that the provider
+answers badly on purpose, so that client retries happen and show up in the accounting.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from runner.errors import InputError
+from runner.lock import FrozenModel
+
+PROVIDER_MARKER = "offline-scripted"
+
+
+class ToolCall(FrozenModel):
+    tool: str = Field(default="bash", min_length=1)
+    arguments: dict[str, Any]
+
+
+class Turn(FrozenModel):
+    """One assistant message: optional text, then tool calls (none means the agent stops)."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+class Fault(FrozenModel):
+    """How to answer the ``post``-th POST (1-based) since the script was loaded.
+
+    ``http_error`` answers ``status`` with an error body; ``stall`` waits ``seconds`` before
+    answering normally; ``disconnect`` starts a streamed answer and drops the connection.
+    """
+
+    post: int = Field(ge=1)
+    kind: Literal["http_error", "stall", "disconnect"]
+    status: int = Field(default=500, ge=400, le=599)
+    seconds: float = Field(default=0.0, ge=0, le=3600)
+
+
+class ProviderScript(FrozenModel):
+    name: str = Field(min_length=1)
+    turns: tuple[Turn, ...]
+    final_text: str = "Done."
+    faults: tuple[Fault, ...] = ()
+
+    def turn(self, index: int) -> Turn:
+        """The turn for the ``index``-th assistant message; past the end, the final stop."""
+        if index < len(self.turns):
+            return self.turns[index]
+        return Turn(text=self.final_text)
+
+    def fault_for(self, post: int) -> Fault | None:
+        return next((fault for fault in self.faults if fault.post == post), None)
+
+
+def reference_solution(task_dir: Path) -> ProviderScript:
+    """The task's reference solution (Harbor's ``solution/solve.sh``) run as one bash call."""
+    solve = task_dir / "solution" / "solve.sh"
+    try:
+        command = solve.read_text()
+    except FileNotFoundError:
+        raise InputError(f"{solve}: no reference solution for the scripted provider") from None
+    return ProviderScript(
+        name=f"reference-solution:{task_dir.name}",
+        turns=(Turn(text="Running the reference solution.", tool_calls=(_bash(command),)),),
+        final_text="The reference solution has run.",
+    )
+
+
+def wrong_answer(task_dir: Path) -> ProviderScript:
+    """A scripted failure: look around once, then stop without solving anything."""
+    return ProviderScript(
+        name=f"wrong-answer:{task_dir.name}",
+        turns=(Turn(text="Looking around.", tool_calls=(_bash("pwd; ls -la"),)),),
+        final_text="I give up on this task.",
+    )
+
+
+def _bash(command: str) -> ToolCall:
+    return ToolCall(tool="bash", arguments={"command": command})
+
+
+# The lock's model name (models.model) picks the script of every cell of a scripted batch.
+SCRIPTS_BY_MODEL = {
+    "reference-solution": reference_solution,
+    "wrong-answer": wrong_answer,
+}
+
+
+def script_for(model_name: str, task_dir: Path) -> ProviderScript:
+    try:
+        build = SCRIPTS_BY_MODEL[model_name]
+    except KeyError:
+        known = ", ".join(sorted(SCRIPTS_BY_MODEL))
+        raise InputError(
+            f"scripted model '{model_name}' is unknown (known: {known})"
+        ) from None
+    return build(task_dir)

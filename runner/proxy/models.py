@@ -1,0 +1,65 @@
+"""The proxy's file format: ``<run_dir>/proxy/<cell_id>.json``, one per cell. Never a key."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from runner.lock import FrozenModel
+
+RequestOutcome = Literal[
+    "forwarded",  # sent to the provider; status is the provider's
+    "rejected",  # refused here (wrong, expired or previous-cell bearer): 401, never forwarded
+    "not_an_api_path",  # right bearer, path is none of the three API shapes: 404, not forwarded
+    "upstream_failed",  # sent, but the provider could not be reached or dropped the answer
+    "cancelled",  # still running when its cell closed
+    "client_gone",  # the harness hung up before the answer was passed back in full
+]
+
+
+class TokenUsage(FrozenModel):
+    input_tokens: int | None = Field(default=None, ge=0)
+    output_tokens: int | None = Field(default=None, ge=0)
+    total_tokens: int | None = Field(default=None, ge=0)
+
+
+class RequestLogEntry(FrozenModel):
+    """One request as the proxy saw it: no header, no body, no query string."""
+
+    cell_id: str | None
+    started_at: datetime
+    method: str
+    path: str
+    outcome: RequestOutcome
+    status: int
+    request_bytes: int = Field(ge=0)
+    response_bytes: int = Field(ge=0)
+    duration_ms: float = Field(ge=0)
+    usage: TokenUsage | None = Field(
+        default=None, description="as the provider returned it; None when it returned none"
+    )
+
+
+class ProxyCellCounts(FrozenModel):
+    """What crossed the credential boundary during one cell."""
+
+    schema_version: Literal[1] = 1
+    cell_id: str
+    model: str = Field(description="the lock's model id")
+    provider: str = Field(description="'offline-scripted' for the stand-in provider")
+    opened_at: datetime
+    closed_at: datetime
+    physical_posts: int = Field(ge=0, description="POSTs sent on to the provider")
+    rejected_requests: int = Field(ge=0, description="requests refused with 401")
+    provider_posts_received: int | None = Field(
+        default=None, ge=0, description="the scripted provider's own count; None for a real one"
+    )
+    input_tokens: int | None = Field(default=None, ge=0)
+    output_tokens: int | None = Field(default=None, ge=0)
+    total_tokens: int | None = Field(default=None, ge=0)
+    usage_returned: bool = Field(
+        description="every answered POST (2xx) carried usage; tokens are None when none did"
+    )
+    requests: tuple[RequestLogEntry, ...] = ()

@@ -1,0 +1,77 @@
+"""Provider usage read off an answer as it passes through, without holding up a single chunk.
+
+Where usage appears, per shape:
+- chat completions: ``usage`` of the JSON body, or of the final stream chunk (when the client
+  asked ``stream_options.include_usage``);
+- responses: ``usage`` of the body, or ``response.usage`` of the ``response.completed`` event;
+- anthropic messages: ``usage`` of the body, or ``message.usage`` of ``message_start`` (input)
+  then ``usage`` of ``message_delta`` (output).
+A later report of a field replaces an earlier one. No usage seen means "not returned" (None).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from runner.proxy.models import TokenUsage
+
+# Field names per direction, OpenAI chat names first.
+_FIELDS = {
+    "input_tokens": ("prompt_tokens", "input_tokens"),
+    "output_tokens": ("completion_tokens", "output_tokens"),
+    "total_tokens": ("total_tokens",),
+}
+
+
+def _usage_objects(event: dict[str, Any]) -> list[dict[str, Any]]:
+    found = []
+    for holder in (event, event.get("response"), event.get("message")):
+        if isinstance(holder, dict) and isinstance(holder.get("usage"), dict):
+            found.append(holder["usage"])
+    return found
+
+
+class UsageMeter:
+    """Fed the answer's bytes chunk by chunk; ``result`` says what the provider reported."""
+
+    def __init__(self, event_stream: bool) -> None:
+        self._event_stream = event_stream
+        self._pending = b""
+        self._fields: dict[str, int] = {}
+
+    def feed(self, chunk: bytes) -> None:
+        if not self._event_stream:
+            self._pending += chunk
+            return
+        lines = (self._pending + chunk).split(b"\n")
+        self._pending = lines.pop()
+        for line in lines:
+            # Only ``data:`` lines that mention usage are worth decoding.
+            if line.startswith(b"data:") and b'"usage"' in line:
+                self._take(line[5:])
+
+    def result(self) -> TokenUsage | None:
+        if self._pending:
+            self._take(self._pending.removeprefix(b"data:"))
+            self._pending = b""
+        if not self._fields:
+            return None
+        fields = dict(self._fields)
+        if "total_tokens" not in fields and {"input_tokens", "output_tokens"} <= fields.keys():
+            fields["total_tokens"] = fields["input_tokens"] + fields["output_tokens"]
+        return TokenUsage(**fields)
+
+    def _take(self, data: bytes) -> None:
+        try:
+            event = json.loads(data)
+        except ValueError:
+            return
+        if not isinstance(event, dict):
+            return
+        for usage in _usage_objects(event):
+            for field, names in _FIELDS.items():
+                value = next((usage[name] for name in names if isinstance(usage.get(name), int)),
+                             None)
+                if value is not None:
+                    self._fields[field] = value
