@@ -15,7 +15,9 @@ from runner.lock import Model
 BEARER_ENV = "BENCH_PROXY_BEARER"
 
 
-def pi_models_json(model: Model, proxy_base_url: str, bearer_env: str = BEARER_ENV) -> dict[str, Any]:
+def pi_models_json(
+    model: Model, proxy_base_url: str, bearer_env: str = BEARER_ENV
+) -> dict[str, Any]:
     return {
         "providers": {
             model.provider: {
