@@ -1,0 +1,94 @@
+"""Progress of a build: every tool's output goes to build.log, stage lines to the console.
+
+Each build.log line carries the seconds since the build started, so a slow step can be found
+in the log of any build (that is how the recipe's speed-ups were measured).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from rich.console import Console
+
+from runner.errors import RunnerError
+
+# mmdebstrap's own progress lines ("I: installing remaining packages inside the chroot...").
+_CONSOLE_WORTHY = re.compile(r"^[IWE]: ")
+
+
+class BuildLog:
+    def __init__(self, path: Path, console: Console) -> None:
+        self.path = path
+        self._console = console
+        self._started = time.monotonic()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: TextIO = path.open("a", buffering=1)
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self._started
+
+    def close(self) -> None:
+        self._file.close()
+
+    def _write(self, line: str) -> None:
+        self._file.write(f"[{self.elapsed:8.1f}s] {line}\n")
+
+    def stage(self, name: str, detail: str = "") -> None:
+        line = f"{name}: {detail}" if detail else name
+        self._write(f"=== {line}")
+        self._console.print(f"[{self.elapsed:7.1f}s] {line}", markup=False, highlight=False)
+
+    def note(self, line: str) -> None:
+        self._write(line)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        echo: bool = False,
+        omit: re.Pattern[str] | None = None,
+    ) -> list[str]:
+        """Run a tool, streaming its output into the log; return the lines logged.
+
+        ``echo`` also shows mmdebstrap-style progress lines; ``omit`` leaves matching lines out
+        of the log (a tool that echoes tens of thousands of commands), counting them instead.
+        """
+        self._write("$ " + " ".join(argv))
+        logged: list[str] = []
+        omitted = 0
+        with subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            env={**os.environ, **(env or {})},
+        ) as process:
+            assert process.stdout is not None
+            for raw in process.stdout:
+                line = raw.rstrip("\n")
+                if omit is not None and omit.match(line):
+                    omitted += 1
+                    continue
+                logged.append(line)
+                self._write(line)
+                if echo and _CONSOLE_WORTHY.match(line):
+                    self._console.print(
+                        f"[{self.elapsed:7.1f}s]   {line}", markup=False, highlight=False
+                    )
+        if omitted:
+            self._write(f"({omitted} lines left out)")
+        if process.returncode != 0:
+            raise RunnerError(
+                f"images: {Path(argv[0]).name} failed with exit code {process.returncode}"
+            )
+        return logged

@@ -1,0 +1,140 @@
+"""What an image is built from: the lock's guest inputs plus this recipe's own constants.
+
+The input hash names a store entry. It covers exactly what changes the image's bytes: the guest
+fields that reach the build (not memory or vCPUs, which only the VM definition uses), the
+recipe constants below and the content of every images/ file that shapes the output. A change
+to any of them is a new entry; anything else (the CLI, the store, progress printing) is not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runner.canonical import canonical_json, sha256_digest
+from runner.errors import InputError
+from runner.lock import Guest
+
+RECIPE_VERSION = 1
+
+IMAGES_DIR = Path(__file__).resolve().parent
+GUEST_OVERLAY_DIR = IMAGES_DIR / "guest"
+INITRAMFS_INIT = IMAGES_DIR / "initramfs" / "init"
+
+# Files whose content shapes the image's bytes (paths relative to images/; dirs recursively).
+OUTPUT_SHAPING_FILES = (
+    "recipe.py",
+    "bootstrap.py",
+    "configure.py",
+    "initramfs.py",
+    "disk.py",
+    "guest",
+    "initramfs",
+)
+
+DEBIAN_ARCH = {"aarch64": "arm64"}
+
+
+class _Constants(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Recipe(_Constants):
+    """The recipe's constants: every one of them is hashed into the input hash."""
+
+    version: int = RECIPE_VERSION
+    variant: Literal["minbase"] = "minbase"
+    # Docs, man pages, translations: nothing in the guest reads them; copyright files stay.
+    dpkg_path_excludes: tuple[str, ...] = (
+        "/usr/share/doc/*",
+        "/usr/share/man/*",
+        "/usr/share/info/*",
+        "/usr/share/locale/*",
+        "/usr/share/lintian/*",
+    )
+    dpkg_path_includes: tuple[str, ...] = ("/usr/share/doc/*/copyright",)
+    # Our initramfs (see initramfs.py) is made from this package, not by initramfs-tools.
+    initramfs_package: str = "busybox-static"
+    # Loaded in the initramfs with their modules.dep dependencies. crc32c_generic is ext4's
+    # soft dependency: without modprobe nobody would load it on ext4's request.
+    initramfs_modules: tuple[str, ...] = ("crc32c_generic", "virtio_blk", "ext4")
+    kernel_cmdline: str = "root=LABEL=root rw console=ttyAMA0"
+    fs_label: str = "root"
+    units_enabled: tuple[str, ...] = (
+        "systemd-networkd.service",
+        "ssh.service",
+        "sshd-keygen.service",
+        "lab-authorized-key.service",
+    )
+    # Nothing may wait for the network at boot, and no timer may wake up during a benchmark.
+    units_masked: tuple[str, ...] = (
+        "systemd-networkd-wait-online.service",
+        "apt-daily.timer",
+        "apt-daily-upgrade.timer",
+        "dpkg-db-backup.timer",
+        "e2scrub_all.timer",
+        "fstrim.timer",
+    )
+
+
+RECIPE = Recipe()
+
+
+class ImageInputs(_Constants):
+    """The guest fields of the lock that reach the image (packages as a sorted set)."""
+
+    arch: Literal["aarch64"]
+    suite: str
+    mirror: str
+    source_date_epoch: int = Field(ge=0)
+    disk_gib: int
+    packages: tuple[str, ...]
+
+    @classmethod
+    def from_guest(cls, guest: Guest) -> ImageInputs:
+        if guest.arch not in DEBIAN_ARCH:
+            raise InputError(
+                f"images: no recipe for guest arch {guest.arch!r} (known: {sorted(DEBIAN_ARCH)})"
+            )
+        return cls(
+            arch=guest.arch,  # type: ignore[arg-type]  # checked against DEBIAN_ARCH above
+            suite=guest.suite,
+            mirror=guest.mirror,
+            source_date_epoch=guest.source_date_epoch,
+            disk_gib=guest.disk_gib,
+            packages=tuple(sorted(guest.packages)),
+        )
+
+    @property
+    def debian_arch(self) -> str:
+        return DEBIAN_ARCH[self.arch]
+
+
+def recipe_file_digests(images_dir: Path = IMAGES_DIR) -> dict[str, str]:
+    """``relative path -> sha256:...`` for every output-shaping file (``+x`` if executable)."""
+    digests: dict[str, str] = {}
+    for name in OUTPUT_SHAPING_FILES:
+        top = images_dir / name
+        paths = sorted(p for p in top.rglob("*") if p.is_file()) if top.is_dir() else [top]
+        for path in paths:
+            if "__pycache__" in path.parts:
+                continue
+            digest = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+            # The executable bit is copied into the guest, so it is an input too.
+            if path.stat().st_mode & 0o111:
+                digest += " +x"
+            digests[path.relative_to(images_dir).as_posix()] = digest
+    return digests
+
+
+def input_hash(inputs: ImageInputs, recipe: Recipe = RECIPE) -> str:
+    """``sha256:`` over the canonical JSON of the guest inputs, recipe and recipe files."""
+    document = {
+        "inputs": inputs.model_dump(mode="json"),
+        "recipe": recipe.model_dump(mode="json"),
+        "recipe_files": recipe_file_digests(),
+    }
+    return sha256_digest(canonical_json(document))
