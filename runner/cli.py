@@ -7,8 +7,11 @@ import sys
 import click
 
 from runner.errors import RunnerError
+from runner.rebuild import rebuild_command
 from runner.report_cmd import report_command
 from runner.schedule_cmd import schedule_command
+from runner.status import status_command
+from runner.teardown import teardown_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -18,6 +21,9 @@ def cli() -> None:
 
 cli.add_command(schedule_command)
 cli.add_command(report_command)
+cli.add_command(teardown_command)
+cli.add_command(rebuild_command)
+cli.add_command(status_command)
 
 
 def main() -> None:

@@ -1,0 +1,35 @@
+"""``runner teardown [--lab NAME]``: remove the lab's VM, volumes, console log and state."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from deploy.teardown import teardown_lab
+from runner.lab import lab_name_from_env
+
+lab_option = click.option(
+    "--lab",
+    default=lab_name_from_env,
+    show_default="$LAB, else default",
+    help="The lab to act on.",
+)
+
+
+@click.command("teardown")
+@lab_option
+@click.option(
+    "--uri",
+    default=None,
+    help="libvirt URI, when the lab's lab.json is gone (default: lab.json's, else qemu:///system).",
+)
+def teardown_command(lab: str, uri: str | None) -> None:
+    """Remove lab LAB completely; a second teardown has nothing to do."""
+    started = time.monotonic()
+    removed = teardown_lab(lab, uri)
+    for line in removed:
+        click.echo(line)
+    if not removed:
+        click.echo(f"lab {lab}: nothing to do")
+    click.echo(f"teardown: {time.monotonic() - started:.1f} s")
