@@ -50,7 +50,8 @@ class ScriptedProvider:
         return app
 
     async def start(self, port: int = 0) -> str:
-        self._runner = web.AppRunner(self.application(), access_log=None)
+        # A stand-in may abandon answers it is still stalling when it stops.
+        self._runner = web.AppRunner(self.application(), access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, LOOPBACK, port)
         await site.start()

@@ -1,0 +1,276 @@
+"""The credential proxy over real loopback HTTP: bearers, key swap, streaming, counts, log."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from runner.errors import RunnerError
+from runner.files import read_model
+from runner.lock import Model
+from runner.paths import RunPaths
+from runner.provider import Fault, ProviderScript, ToolCall, Turn
+from runner.proxy import CredentialProxy, ProxyCellCounts
+
+KEY_ENV = "PROXY_TEST_PROVIDER_KEY"
+KEY = "real-provider-key-" + "x" * 24
+SCRIPT = ProviderScript(
+    name="one-call",
+    turns=(Turn(tool_calls=(ToolCall(arguments={"command": "true"}),)),),
+)
+CHAT = {"model": "reference-solution", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def scripted_model(api: str = "openai-completions") -> Model:
+    return Model(id="scripted", provider="scripted", model="reference-solution", thinking="off",
+                 api=api, base_url="scripted://local", key_env=KEY_ENV)  # type: ignore[arg-type]
+
+
+def upstream_model(base_url: str) -> Model:
+    return Model(id="upstream", provider="test", model="m", thinking="off",
+                 api="openai-completions", base_url=base_url, key_env=KEY_ENV)
+
+
+def soon(seconds: float = 300) -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> RunPaths:
+    return RunPaths(tmp_path / "run")
+
+
+@pytest.fixture
+def proxy(paths: RunPaths, monkeypatch: pytest.MonkeyPatch) -> Iterator[CredentialProxy]:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    with CredentialProxy(paths) as running:
+        yield running
+
+
+async def post(url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, bytes]:
+    async with aiohttp.ClientSession() as session, session.post(
+        url, json=body, headers=headers
+    ) as response:
+        return response.status, await response.read()
+
+
+def bearer_post(proxy: CredentialProxy, bearer: str, path: str = "/chat/completions",
+                body: dict[str, Any] = CHAT) -> tuple[int, bytes]:
+    return asyncio.run(post(proxy.base_url + path, body, {"Authorization": f"Bearer {bearer}"}))
+
+
+def test_the_cell_bearer_is_swapped_for_the_key_and_counted(proxy: CredentialProxy,
+                                                           paths: RunPaths) -> None:
+    bearer = proxy.open_cell("cell-1", scripted_model(), soon(), SCRIPT)
+    # The provider accepts only the real key: a 200 proves the proxy swapped the bearer.
+    status, body = bearer_post(proxy, bearer, body={**CHAT, "stream": True,
+                                                    "stream_options": {"include_usage": True}})
+    assert status == 200 and b"scripted_t0_c0" in body
+    counts = proxy.close_cell("cell-1")
+    assert counts.physical_posts == 1 == counts.provider_posts_received
+    assert counts.provider == "offline-scripted"
+    assert counts.usage_returned and counts.input_tokens and counts.output_tokens
+    assert counts.total_tokens == counts.input_tokens + counts.output_tokens
+    assert read_model(paths.proxy_counts("cell-1"), ProxyCellCounts) == counts
+    text = paths.proxy_counts("cell-1").read_text()
+    assert KEY not in text and bearer not in text
+
+
+def test_anthropic_clients_authenticate_with_x_api_key(proxy: CredentialProxy) -> None:
+    bearer = proxy.open_cell("cell-1", scripted_model("anthropic-messages"), soon(), SCRIPT)
+    status, body = asyncio.run(post(proxy.base_url + "/v1/messages", {"model": "m"},
+                                    {"x-api-key": bearer}))
+    assert status == 200 and b"tool_use" in body
+    assert proxy.close_cell("cell-1").physical_posts == 1
+
+
+@pytest.mark.parametrize("offered", ["", "Bearer ", "Bearer wrong-bearer", "Basic abc"])
+def test_anything_but_the_cell_bearer_is_refused(proxy: CredentialProxy, offered: str) -> None:
+    proxy.open_cell("cell-1", scripted_model(), soon(), SCRIPT)
+    headers = {"Authorization": offered} if offered else {}
+    status, _ = asyncio.run(post(proxy.base_url + "/chat/completions", CHAT, headers))
+    assert status == 401
+    counts = proxy.close_cell("cell-1")
+    assert (counts.rejected_requests, counts.physical_posts) == (1, 0)
+    assert counts.provider_posts_received == 0
+    assert counts.requests[0].outcome == "rejected"
+
+
+def test_a_previous_cells_bearer_is_refused_in_the_next_cell(proxy: CredentialProxy) -> None:
+    old = proxy.open_cell("cell-1", scripted_model(), soon(), SCRIPT)
+    proxy.close_cell("cell-1")
+    assert bearer_post(proxy, old)[0] == 401  # between cells
+    new = proxy.open_cell("cell-2", scripted_model(), soon(), SCRIPT)
+    assert new != old
+    assert bearer_post(proxy, old)[0] == 401
+    assert bearer_post(proxy, new)[0] == 200
+    counts = proxy.close_cell("cell-2")
+    assert (counts.rejected_requests, counts.physical_posts) == (1, 1)
+    assert proxy.rejected_outside_cells == 1
+    assert proxy.secrets_to_scan()["bearer"] == (old, new)
+
+
+def test_an_expired_bearer_is_refused(proxy: CredentialProxy) -> None:
+    bearer = proxy.open_cell("cell-1", scripted_model(), soon(0.3), SCRIPT)
+    assert bearer_post(proxy, bearer)[0] == 200
+    time.sleep(0.4)
+    assert bearer_post(proxy, bearer)[0] == 401
+    counts = proxy.close_cell("cell-1")
+    assert (counts.physical_posts, counts.rejected_requests) == (1, 1)
+
+
+def test_bearers_are_long_and_random(proxy: CredentialProxy) -> None:
+    bearers = set()
+    for n in range(5):
+        bearers.add(proxy.open_cell(f"cell-{n}", scripted_model(), soon(), SCRIPT))
+        proxy.close_cell(f"cell-{n}")
+    assert len(bearers) == 5
+    assert all(len(bearer) >= 43 for bearer in bearers)  # 32 bytes, base64url
+
+
+def test_non_api_paths_are_not_forwarded(proxy: CredentialProxy) -> None:
+    bearer = proxy.open_cell("cell-1", scripted_model(), soon(), SCRIPT)
+    assert bearer_post(proxy, bearer, path="/models")[0] == 404
+    counts = proxy.close_cell("cell-1")
+    assert counts.physical_posts == 0 == counts.provider_posts_received
+    assert counts.requests[0].outcome == "not_an_api_path"
+
+
+def test_provider_errors_pass_through_and_count(proxy: CredentialProxy) -> None:
+    script = SCRIPT.model_copy(update={"faults": (Fault(post=1, kind="http_error", status=500),)})
+    bearer = proxy.open_cell("cell-1", scripted_model(), soon(), script)
+    assert bearer_post(proxy, bearer)[0] == 500
+    assert bearer_post(proxy, bearer)[0] == 200
+    counts = proxy.close_cell("cell-1")
+    assert counts.physical_posts == 2 == counts.provider_posts_received
+    assert [r.status for r in counts.requests] == [500, 200]
+    assert counts.usage_returned  # the 500 is not an answer that owes usage
+
+
+def test_close_cancels_a_stalled_request(proxy: CredentialProxy, paths: RunPaths) -> None:
+    script = SCRIPT.model_copy(update={"faults": (Fault(post=1, kind="stall", seconds=60),)})
+    bearer = proxy.open_cell("cell-1", scripted_model(), soon(), script)
+
+    async def stalled_then_close() -> None:
+        request = asyncio.create_task(post(proxy.base_url + "/chat/completions", CHAT,
+                                           {"Authorization": f"Bearer {bearer}"}))
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(proxy.close_cell, "cell-1")
+        with pytest.raises(aiohttp.ClientError):
+            await request
+
+    asyncio.run(stalled_then_close())
+    counts = read_model(paths.proxy_counts("cell-1"), ProxyCellCounts)
+    assert counts.physical_posts == 1
+    assert counts.requests[0].outcome == "cancelled"
+
+
+def test_an_unreachable_provider_is_a_502_and_still_a_physical_post(
+    proxy: CredentialProxy,
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    bearer = proxy.open_cell("cell-1", upstream_model(f"http://127.0.0.1:{port}"), soon())
+    assert bearer_post(proxy, bearer)[0] == 502
+    counts = proxy.close_cell("cell-1")
+    assert counts.physical_posts == 1
+    assert counts.requests[0].outcome == "upstream_failed"
+    assert counts.provider_posts_received is None and counts.provider == "test"
+
+
+def with_upstream(handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+                  body: Callable[[str], Awaitable[None]]) -> None:
+    """Run ``body(upstream base URL)`` while a test upstream server answers with ``handler``."""
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_post("/{tail:.*}", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        try:
+            await body(f"http://127.0.0.1:{runner.addresses[0][1]}/v1")
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(main())
+
+
+def test_streams_pass_through_chunk_by_chunk(proxy: CredentialProxy) -> None:
+    first_seen = asyncio.Event()
+    seen_headers: dict[str, str] = {}
+
+    async def upstream(request: web.Request) -> web.StreamResponse:
+        seen_headers.update(request.headers)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b'data: {"choices":[]}\n\n')
+        # The second chunk waits until the client has the first: a buffering proxy deadlocks.
+        await asyncio.wait_for(first_seen.wait(), timeout=5)
+        await response.write(b'data: {"choices":[],"usage":{"prompt_tokens":7,'
+                             b'"completion_tokens":3,"total_tokens":10}}\n\ndata: [DONE]\n\n')
+        await response.write_eof()
+        return response
+
+    async def client(base_url: str) -> None:
+        bearer = await asyncio.to_thread(proxy.open_cell, "cell-1", upstream_model(base_url),
+                                         soon())
+        async with aiohttp.ClientSession() as session, session.post(
+            proxy.base_url + "/chat/completions?api-version=1", json=CHAT,
+            headers={"Authorization": f"Bearer {bearer}"},
+        ) as response:
+            first = await response.content.readuntil(b"\n\n")
+            assert first == b'data: {"choices":[]}\n\n'
+            first_seen.set()
+            rest = await response.read()
+        assert rest.endswith(b"data: [DONE]\n\n")
+        counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+        assert (counts.input_tokens, counts.output_tokens, counts.total_tokens) == (7, 3, 10)
+        assert counts.requests[0].path == "/chat/completions"  # no query string in the log
+        assert bearer not in seen_headers.values()
+
+    with_upstream(upstream, client)
+    assert seen_headers["Authorization"] == f"Bearer {KEY}"
+
+
+def test_usage_not_returned_is_none_not_zero(proxy: CredentialProxy) -> None:
+    async def upstream(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"choices": [{"message": {"content": "hi"}}]})
+
+    async def client(base_url: str) -> None:
+        bearer = await asyncio.to_thread(proxy.open_cell, "cell-1", upstream_model(base_url),
+                                         soon())
+        status, _ = await post(proxy.base_url + "/chat/completions", CHAT,
+                               {"Authorization": f"Bearer {bearer}"})
+        assert status == 200
+        counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+        assert counts.usage_returned is False
+        assert counts.input_tokens is None and counts.total_tokens is None
+        assert counts.requests[0].usage is None
+
+    with_upstream(upstream, client)
+
+
+def test_one_cell_at_a_time_and_keys_must_be_set(
+    proxy: CredentialProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy.open_cell("cell-1", scripted_model(), soon(), SCRIPT)
+    with pytest.raises(RunnerError, match="still open"):
+        proxy.open_cell("cell-2", scripted_model(), soon(), SCRIPT)
+    with pytest.raises(RunnerError, match="not the open cell"):
+        proxy.close_cell("cell-2")
+    proxy.close_cell("cell-1")
+    monkeypatch.delenv(KEY_ENV)
+    with pytest.raises(RunnerError, match=f"{KEY_ENV} .* is unset"):
+        proxy.open_cell("cell-2", upstream_model("https://api.example.invalid/v1"), soon())
+    with pytest.raises(RunnerError, match="need a script"):
+        proxy.open_cell("cell-2", scripted_model(), soon())
