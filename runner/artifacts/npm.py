@@ -1,0 +1,247 @@
+"""npm: pinned packages checked against the registry, dependency trees frozen by npm itself.
+
+Each tree (the tools Node and Bun, and each harness's package with its extensions) is resolved by
+``npm install --package-lock-only`` for the guest's os/cpu/libc. npm records every platform's
+optional packages in the lockfile but silently leaves out one the registry does not have, so
+after npm the tree is checked: every optional package named for the guest must be in it.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from runner.artifacts.fetch import Wanted
+from runner.artifacts.http import get_json
+from runner.artifacts.plan import Plan, Planned, PlannedTree
+from runner.artifacts.platform import GuestPlatform, platform_of
+from runner.artifacts.store import ArtifactStore
+from runner.artifacts.tools import run_tool
+from runner.artifacts.versions import nearest_version
+from runner.lock import PinnedPackage
+from runner.resolution import ArtifactKind
+
+# The abbreviated document npm itself asks for: versions with dist and dependencies only.
+_PACKUMENT = "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8"
+_NODE_MINIMUM = (22, 19)  # Pi 0.84 refuses older Node (seen: "needs Node >= 22.19")
+
+
+@dataclass(frozen=True)
+class NpmTree:
+    """A set of npm specs installed together; ``harness`` is None for the tools tree."""
+
+    harness: str | None
+    packages: tuple[PinnedPackage, ...]
+
+
+class NpmRegistry:
+    """The registry npm is configured with, asked through one HTTP session (answers memoised)."""
+
+    def __init__(self, session: aiohttp.ClientSession, url: str) -> None:
+        self.session = session
+        self.url = url.rstrip("/") + "/"
+        self._packuments: dict[str, Any | None] = {}
+
+    async def packument(self, name: str) -> Any | None:
+        if name not in self._packuments:
+            url = self.url + quote(name, safe="@")
+            self._packuments[name] = await get_json(self.session, url, _PACKUMENT)
+        return self._packuments[name]
+
+    async def why_unavailable(self, name: str, version: str) -> str | None:
+        """None when the registry has ``name@version``, else what to write after the name."""
+        packument = await self.packument(name)
+        if packument is None:
+            return "not on the npm registry (no package of that name)"
+        versions = packument.get("versions", {})
+        if version in versions:
+            return None
+        nearest = nearest_version(version, versions)
+        return "not on the npm registry" + (f"; nearest: {nearest}" if nearest else "")
+
+
+def bun_tree(bun: str) -> NpmTree:
+    """Bun's npm package: its optional packages carry the prebuilt binary for each platform."""
+    return NpmTree(None, (PinnedPackage(source=f"npm:bun@{bun}"),))
+
+
+async def plan_node(node: str, registry: NpmRegistry, platform: GuestPlatform) -> Plan:
+    """Node's prebuilt binary for the guest, as an npm package of its own (no dependencies).
+
+    Asked for by name, not through npm's tree: npm refuses a package for another CPU as a
+    direct dependency, whatever ``--cpu`` says.
+    """
+    source = f"npm:{platform.node_package}@{node}"
+    problem = node_too_old(node) or await registry.why_unavailable(platform.node_package, node)
+    if problem is not None:
+        return Plan(unavailable=[f"{source}: {problem}"])
+    packument = await registry.packument(platform.node_package)
+    assert packument is not None  # why_unavailable found the version in it
+    dist = packument["versions"][node]["dist"]
+    url: str = dist["tarball"]
+    wanted = Wanted(url, url.rsplit("/", 1)[-1], integrity=dist["integrity"])
+    return Plan(planned=[Planned("node-binary", platform.node_package, node, wanted)])
+
+
+def node_too_old(node: str) -> str | None:
+    numbers = tuple(int(part) for part in node.split(".")[:2] if part.isdigit())
+    if numbers >= _NODE_MINIMUM:
+        return None
+    return f"the Pi harness needs Node >= {'.'.join(map(str, _NODE_MINIMUM))} (tools.node)"
+
+
+async def plan_tree(
+    tree: NpmTree,
+    registry: NpmRegistry,
+    store: ArtifactStore,
+    platform: GuestPlatform,
+    lock_dir: Path,
+) -> Plan:
+    plan = Plan()
+    specs: list[str] = []
+    tarballs: dict[Path, Wanted] = {}
+    for package in tree.packages:
+        problem = await _pin_problem(package, registry, store, lock_dir)
+        if problem is not None:
+            plan.unavailable.append(f"{package.source}: {problem}")
+        elif package.source.startswith("file:"):
+            assert package.sha256 is not None
+            path = (lock_dir / package.source.removeprefix("file:")).resolve()
+            tarballs[path] = Wanted(package.source, path.name, sha256=package.sha256)
+        specs.append(_install_spec(package, lock_dir))
+    if plan.unavailable:
+        return plan  # npm would only fail on the same pins, with a longer message
+    lockfile_bytes, workdir = await _npm_lockfile(specs, platform, tree.harness or "tools")
+    lockfile = json.loads(lockfile_bytes)
+    for parent, missing, spec in missing_platform_packages(lockfile, platform):
+        problem = await _platform_package_problem(registry, missing, spec)
+        plan.unavailable.append(
+            f"npm:{missing}@{spec}: {problem} ({parent} needs it on "
+            f"{platform.npm_os}-{platform.npm_cpu}; npm skipped it silently)"
+        )
+    plan.planned.extend(_planned_packages(lockfile, tree.harness, platform, workdir, tarballs))
+    if tree.harness is not None:
+        sources = tuple(package.source for package in tree.packages)
+        plan.trees.append(PlannedTree(tree.harness, sources, lockfile_bytes))
+    return plan
+
+
+async def _pin_problem(
+    package: PinnedPackage, registry: NpmRegistry, store: ArtifactStore, lock_dir: Path
+) -> str | None:
+    if package.npm_name is not None and package.version is not None:
+        return await registry.why_unavailable(package.npm_name, package.version)
+    if package.source.startswith("git+"):
+        # The host reaches package registries only; a git source must arrive as a tarball.
+        return "git sources cannot be frozen here: pack it and pin it as 'file:' with its sha256"
+    tarball = lock_dir / package.source.removeprefix("file:")
+    if not tarball.is_file():
+        return f"no such file {tarball}"
+    assert package.sha256 is not None  # the lock requires it for 'file:'
+    digest = store.add_file(tarball)
+    if digest != package.sha256:
+        return f"its sha256 is {digest}, the lock says {package.sha256}"
+    return None
+
+
+def _install_spec(package: PinnedPackage, lock_dir: Path) -> str:
+    if package.npm_name is not None:
+        return f"{package.npm_name}@{package.version}"
+    if package.source.startswith("file:"):
+        return str((lock_dir / package.source.removeprefix("file:")).resolve())
+    return package.source
+
+
+async def _npm_lockfile(
+    specs: list[str], platform: GuestPlatform, label: str
+) -> tuple[bytes, Path]:
+    """npm's lockfile, and the directory its relative ``file:`` paths started from."""
+    with tempfile.TemporaryDirectory(prefix=f"npm-tree-{label}-") as workdir:
+        directory = Path(workdir)
+        (directory / "package.json").write_text(json.dumps({"name": label, "private": True}))
+        await run_tool(
+            [
+                "npm", "install", "--package-lock-only", "--save-exact", "--ignore-scripts",
+                "--no-audit", "--no-fund", "--omit-lockfile-registry-resolved=false",
+                f"--os={platform.npm_os}", f"--cpu={platform.npm_cpu}",
+                f"--libc={platform.npm_libc}", *specs,
+            ],
+            f"npm tree of {label}",
+            cwd=directory,
+        )  # fmt: skip
+        return (directory / "package-lock.json").read_bytes(), directory
+
+
+def _entries(lockfile: dict[str, Any]) -> Iterable[tuple[str, dict[str, Any]]]:
+    """Installed packages of a lockfile (v2/v3): (name, entry), the root project left out."""
+    for key, entry in lockfile.get("packages", {}).items():
+        if key and not entry.get("link"):
+            yield entry.get("name") or key.rsplit("node_modules/", 1)[-1], entry
+
+
+def _installs_on(entry: dict[str, Any], platform: GuestPlatform) -> bool:
+    return platform.accepts(entry.get("os", []), entry.get("cpu", []), entry.get("libc", []))
+
+
+def _needed_on(name: str, entry: dict[str, Any], platform: GuestPlatform) -> bool:
+    """npm's rule, and an optional package whose name says another platform is left out too:
+    many musl or Android builds declare only os and cpu (``@oven/bun-linux-aarch64-musl``)."""
+    if entry.get("optional") and platform_of(name) is not None and not platform.named_in(name):
+        return False
+    return _installs_on(entry, platform)
+
+
+def missing_platform_packages(
+    lockfile: dict[str, Any], platform: GuestPlatform
+) -> list[tuple[str, str, str]]:
+    """(parent@version, missing package, its spec) for each optional package built for the
+    guest that a package installed on the guest lists but npm left out of the tree."""
+    names = {name for name, _ in _entries(lockfile)}
+    root = lockfile.get("packages", {}).get("", {})
+    parents = [(root.get("name", "(root)"), root), *_entries(lockfile)]
+    missing = []
+    for parent, entry in parents:
+        if not _installs_on(entry, platform):
+            continue
+        for name, spec in sorted(entry.get("optionalDependencies", {}).items()):
+            if platform.named_in(name) and name not in names:
+                missing.append((f"{parent}@{entry.get('version', '')}".rstrip("@"), name, spec))
+    return missing
+
+
+async def _platform_package_problem(registry: NpmRegistry, name: str, spec: str) -> str:
+    if await registry.packument(name) is None:
+        return "not on the npm registry"
+    problem = await registry.why_unavailable(name, spec)
+    return problem or "on the npm registry, but npm left it out of the tree"
+
+
+def _kind(name: str, platform: GuestPlatform) -> ArtifactKind:
+    return "bun-binary" if name == platform.bun_package else "npm"
+
+
+def _planned_packages(
+    lockfile: dict[str, Any],
+    harness: str | None,
+    platform: GuestPlatform,
+    workdir: Path,
+    tarballs: dict[Path, Wanted],
+) -> Iterable[Planned]:
+    harnesses = (harness,) if harness is not None else ()
+    for name, entry in _entries(lockfile):
+        if entry.get("inBundle") or not _needed_on(name, entry, platform):
+            continue  # bundled packages arrive inside their parent's tarball
+        resolved: str = entry["resolved"]
+        if resolved.startswith("file:"):
+            # A tarball pinned in the lock: already in the store, named by the lock's source.
+            wanted = tarballs[(workdir / resolved.removeprefix("file:")).resolve()]
+        else:
+            wanted = Wanted(resolved, resolved.rsplit("/", 1)[-1], integrity=entry["integrity"])
+        yield Planned(_kind(name, platform), name, entry["version"], wanted, harnesses)

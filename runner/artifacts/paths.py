@@ -1,0 +1,45 @@
+"""CachePaths owns the host cache directory: no other code joins paths inside it.
+
+<cache>/                         <repo>/.cache, or $FROZEN_BENCH_CACHE when set
+    artifacts/
+        sha256/<hex>             every artifact, named by the sha256 of its bytes
+        integrity/<algo>/<hex>   an npm integrity digest -> "sha256:<hex>" of the same blob
+        tmp/                     downloads and scratch work in flight
+    apt/<suite>-<arch>/          apt's state for the guest's suite and architecture
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+CACHE_ENV = "FROZEN_BENCH_CACHE"
+_REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class CachePaths:
+    root: Path
+
+    @classmethod
+    def default(cls) -> CachePaths:
+        override = os.environ.get(CACHE_ENV)
+        return cls(Path(override) if override else _REPO / ".cache")
+
+    @property
+    def artifacts(self) -> Path:
+        return self.root / "artifacts"
+
+    def blob(self, hex_digest: str) -> Path:
+        return self.artifacts / "sha256" / hex_digest
+
+    def integrity_alias(self, algorithm: str, hex_digest: str) -> Path:
+        return self.artifacts / "integrity" / algorithm / hex_digest
+
+    @property
+    def tmp(self) -> Path:
+        return self.artifacts / "tmp"
+
+    def apt_state(self, suite: str, deb_arch: str) -> Path:
+        return self.root / "apt" / f"{suite}-{deb_arch}"

@@ -1,0 +1,147 @@
+"""Resolving a lock: every section asks its source, then everything is fetched into the store.
+
+Nothing is fetched while any pinned artifact is unavailable: all sections report first, and a
+lock that asks for something its sources do not have fails closed with one line per artifact,
+before any VM is touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import aiohttp
+from rich.console import Console
+
+from runner.artifacts.debian import plan_debs
+from runner.artifacts.fetch import FetchReport, fetch_all
+from runner.artifacts.http import new_session
+from runner.artifacts.npm import NpmRegistry, NpmTree, bun_tree, plan_node, plan_tree
+from runner.artifacts.paths import CachePaths
+from runner.artifacts.plan import Plan, Planned
+from runner.artifacts.platform import GuestPlatform
+from runner.artifacts.store import ArtifactStore
+from runner.artifacts.tools import PIP, run_tool, tool_version
+from runner.artifacts.wheels import plan_wheels, pypi_problem
+from runner.errors import RunnerError
+from runner.lock import Lock
+from runner.resolution import Artifact, HarnessTree, Resolution, ResolverTools
+
+Section = Literal["debs", "wheels", "tools", "harnesses"]
+ALL_SECTIONS: frozenset[Section] = frozenset(("debs", "wheels", "tools", "harnesses"))
+
+
+class UnavailableArtifacts(RunnerError):
+    """The lock pins something its sources do not have: one line per artifact, exit code 1."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+@dataclass(frozen=True)
+class Resolved:
+    resolution: Resolution
+    report: FetchReport
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(artifact.size for artifact in self.resolution.artifacts)
+
+
+async def resolve_lock(
+    lock: Lock,
+    lock_dir: Path,
+    paths: CachePaths,
+    console: Console,
+    sections: frozenset[Section] = ALL_SECTIONS,
+) -> Resolved:
+    """Resolve ``sections`` of the lock for its guest; a partial resolution is for tests only."""
+    platform = GuestPlatform(lock.guest.arch)
+    store = ArtifactStore(paths)
+    plan = Plan()
+    async with new_session() as session:
+        registry = NpmRegistry(session, (await run_tool(["npm", "config", "get", "registry"],
+                                                         "npm config")).strip())  # fmt: skip
+        steps: list[Awaitable[Plan]] = []
+        if sections & {"debs", "wheels"}:
+            debian = await plan_debs(lock.guest, platform, paths)
+            if "debs" in sections:
+                plan.merge(debian.plan)
+            if "wheels" in sections:
+                steps.append(_plan_harbor(session, lock, platform, debian.glibc_minor))
+        trees = []
+        if "tools" in sections:
+            steps.append(plan_node(lock.tools.node, registry, platform))
+            trees.append(bun_tree(lock.tools.bun))
+        if "harnesses" in sections:
+            trees.extend(
+                NpmTree(harness.id, (harness.package, *harness.extensions))
+                for harness in lock.harnesses
+            )
+        steps.extend(plan_tree(tree, registry, store, platform, lock_dir) for tree in trees)
+        for section_plan in await asyncio.gather(*steps):
+            plan.merge(section_plan)
+    if plan.unavailable:
+        raise UnavailableArtifacts(plan.unavailable)
+    report = await fetch_all(store, [planned.wanted for planned in plan.planned], console)
+    resolution = Resolution(
+        lock_name=lock.name,
+        lock_fingerprint=lock.fingerprint,
+        arch=lock.guest.arch,
+        suite=lock.guest.suite,
+        tools=await _resolver_tools(),
+        artifacts=_artifacts(plan.planned, report),
+        harness_trees=tuple(
+            HarnessTree(
+                harness=tree.harness,
+                sources=tree.sources,
+                lockfile=store.add_bytes(tree.lockfile, f"{tree.harness}-package-lock.json"),
+            )
+            for tree in plan.trees
+        ),
+    )
+    return Resolved(resolution, report)
+
+
+async def _plan_harbor(
+    session: aiohttp.ClientSession, lock: Lock, platform: GuestPlatform, glibc_minor: int
+) -> Plan:
+    problem = await pypi_problem(session, "harbor", lock.tools.harbor)
+    if problem is not None:
+        return Plan(unavailable=[f"pypi:harbor=={lock.tools.harbor}: {problem}"])
+    return await plan_wheels(f"harbor=={lock.tools.harbor}", platform, glibc_minor)
+
+
+def _artifacts(planned: list[Planned], report: FetchReport) -> tuple[Artifact, ...]:
+    """One artifact per file, naming every harness whose tree holds it."""
+    by_url: dict[str, Artifact] = {}
+    for item in planned:
+        fetched = report.fetched[item.wanted.url]
+        known = by_url.get(item.wanted.url)
+        harnesses = set(item.harnesses) | set(known.harnesses if known else ())
+        by_url[item.wanted.url] = Artifact(
+            kind=item.kind,
+            name=item.name,
+            version=item.version,
+            url=item.wanted.url,
+            filename=item.wanted.filename,
+            sha256=fetched.digest,
+            size=fetched.size,
+            integrity=item.wanted.integrity,
+            harnesses=tuple(sorted(harnesses)),
+        )
+    return tuple(sorted(by_url.values(), key=lambda artifact: artifact.sort_key))
+
+
+async def _resolver_tools() -> ResolverTools:
+    apt, npm, pip = await asyncio.gather(
+        tool_version(["apt-get", "--version"], "apt-get --version"),
+        tool_version(["npm", "--version"], "npm --version"),
+        tool_version([*PIP, "--version"], "pip --version"),
+    )
+    # "pip 26.3 from /path/to/site-packages (python 3.11)": the path differs between machines.
+    return ResolverTools(apt=apt, npm=npm, pip=" ".join(pip.split()[:2]))
