@@ -69,12 +69,10 @@ def _remove_pool(conn: libvirt.virConnect, name: str) -> list[str]:
     return removed
 
 
-def teardown_lab(lab: str, uri: str | None = None) -> list[str]:
-    """Remove lab ``lab``; returns what was removed (empty: nothing to do).
-
-    The libvirt URI is lab.json's, else ``uri``, else qemu:///system.
+def teardown_lab(lab: str, paths: LabPaths, uri: str | None = None) -> list[str]:
+    """Remove lab ``lab`` (controller files in ``paths``); returns what was removed (empty:
+    nothing to do). The libvirt URI is ``uri``, else lab.json's, else qemu:///system.
     """
-    paths = LabPaths.for_lab(lab)
     if uri is None:
         uri = read_model(paths.state, LabState).libvirt_uri if paths.state.exists() else DEFAULT_URI
     conn = virt.connect(uri)

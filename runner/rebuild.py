@@ -11,7 +11,7 @@ import click
 
 from deploy.teardown import teardown_lab
 from runner.errors import RunnerError
-from runner.lab import REPO_ROOT
+from runner.lab import REPO_ROOT, LabPaths
 from runner.teardown import lab_option
 
 
@@ -27,7 +27,7 @@ from runner.teardown import lab_option
 def rebuild_command(lab: str, inventory: Path) -> None:
     """Tear lab LAB down and deploy it again from the image (``pyinfra -y INVENTORY deploy.py``)."""
     started = time.monotonic()
-    for line in teardown_lab(lab):
+    for line in teardown_lab(lab, LabPaths.for_lab(lab)):
         click.echo(line)
     teardown_seconds = time.monotonic() - started
     click.echo(f"teardown: {teardown_seconds:.1f} s")

@@ -7,7 +7,7 @@ import time
 import click
 
 from deploy.teardown import teardown_lab
-from runner.lab import lab_name_from_env
+from runner.lab import LabPaths, lab_name_from_env
 
 lab_option = click.option(
     "--lab",
@@ -27,7 +27,7 @@ lab_option = click.option(
 def teardown_command(lab: str, uri: str | None) -> None:
     """Remove lab LAB completely; a second teardown has nothing to do."""
     started = time.monotonic()
-    removed = teardown_lab(lab, uri)
+    removed = teardown_lab(lab, LabPaths.for_lab(lab), uri)
     for line in removed:
         click.echo(line)
     if not removed:
