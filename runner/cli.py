@@ -9,6 +9,7 @@ import click
 from runner.errors import RunnerError
 from runner.rebuild import rebuild_command
 from runner.report_cmd import report_command
+from runner.resolve_cmd import resolve_command
 from runner.schedule_cmd import schedule_command
 from runner.status import status_command
 from runner.teardown import teardown_command
@@ -24,6 +25,7 @@ cli.add_command(report_command)
 cli.add_command(teardown_command)
 cli.add_command(rebuild_command)
 cli.add_command(status_command)
+cli.add_command(resolve_command)
 
 
 def main() -> None:
