@@ -1,0 +1,82 @@
+"""Facts and operations on the hypervisor host: output parsing and the commands yielded."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from pyinfra.api.config import Config
+from pyinfra.api.host import Host
+from pyinfra.api.inventory import Inventory
+from pyinfra.api.state import State
+from pyinfra.context import ctx_host, ctx_state
+from pyinfra.facts.files import Directory
+
+from deploy.facts.host import BinfmtHandler, DaemonPids, DeviceAccess
+from deploy.operations import host as host_ops
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        ([], "absent"),
+        (["enabled", "interpreter /usr/libexec/qemu"], "enabled"),
+        (["disabled"], "disabled"),
+    ],
+)
+def test_binfmt_handler_state(output: list[str], expected: str) -> None:
+    assert BinfmtHandler().process(output) == expected
+
+
+def test_daemon_pids_and_device_access_parse_their_commands_output() -> None:
+    assert DaemonPids().process(["123", "456"]) == [123, 456]
+    assert DeviceAccess().process(["kvm 660"]) == {"group": "kvm", "mode": "660"}
+
+
+@pytest.fixture
+def local_host() -> Host:
+    return State(Inventory((["@local"], {})), Config()).inventory.get_host("@local")
+
+
+def commands(host: Host, op: Any, facts: dict[type, Any], **args: Any) -> list[str]:
+    """The commands ``op`` yields when the host's facts are ``facts``."""
+    host.get_fact = lambda fact, **_: facts[fact]  # type: ignore[method-assign]
+    with ctx_state.use(host.state), ctx_host.use(host):
+        return [str(command) for command in op._inner(**args)]
+
+
+@pytest.mark.parametrize(
+    ("access", "expected"),
+    [
+        ({"group": "root", "mode": "600"}, ["chgrp kvm /dev/kvm", "chmod 660 /dev/kvm"]),
+        ({"group": "kvm", "mode": "600"}, ["chmod 660 /dev/kvm"]),
+        ({"group": "kvm", "mode": "660"}, []),
+    ],
+)
+def test_device_access_yields_only_what_differs(
+    local_host: Host, access: dict[str, str], expected: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="pyinfra"):
+        got = commands(
+            local_host,
+            host_ops.device_access,
+            {DeviceAccess: access},
+            path="/dev/kvm",
+            group="kvm",
+            mode="660",
+        )
+    assert got == expected
+    assert ("/dev/kvm already kvm 660" in caplog.text) == (not expected)
+
+
+def test_daemon_is_started_without_systemd_and_left_alone_when_running(local_host: Host) -> None:
+    no_systemd = {DaemonPids: [], Directory: False}
+    assert commands(local_host, host_ops.daemon, no_systemd, daemon_name="libvirtd") == [
+        "libvirtd -d"
+    ]
+    with_systemd = {DaemonPids: [], Directory: {"mode": 755}}
+    assert commands(local_host, host_ops.daemon, with_systemd, daemon_name="libvirtd") == [
+        "systemctl start libvirtd"
+    ]
+    assert commands(local_host, host_ops.daemon, {DaemonPids: [42]}, daemon_name="libvirtd") == []
