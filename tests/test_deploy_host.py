@@ -6,15 +6,13 @@ import logging
 from typing import Any
 
 import pytest
-from pyinfra.api.config import Config
 from pyinfra.api.host import Host
-from pyinfra.api.inventory import Inventory
-from pyinfra.api.state import State
-from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.files import Directory
 
 from deploy.facts.host import BinfmtHandler, DaemonPids, DeviceAccess
 from deploy.operations import host as host_ops
+from tests.deploy_harness import local_host as make_local_host
+from tests.deploy_harness import yielded
 
 
 @pytest.mark.parametrize(
@@ -36,14 +34,13 @@ def test_daemon_pids_and_device_access_parse_their_commands_output() -> None:
 
 @pytest.fixture
 def local_host() -> Host:
-    return State(Inventory((["@local"], {})), Config()).inventory.get_host("@local")
+    return make_local_host({})
 
 
-def commands(host: Host, op: Any, facts: dict[type, Any], **args: Any) -> list[str]:
+def commands(host: Host, op: Any, facts: dict[Any, Any], **args: Any) -> list[str]:
     """The commands ``op`` yields when the host's facts are ``facts``."""
-    host.get_fact = lambda fact, **_: facts[fact]  # type: ignore[method-assign]
-    with ctx_state.use(host.state), ctx_host.use(host):
-        return [str(command) for command in op._inner(**args)]
+    host.get_fact = lambda fact, **_: facts[fact]  # type: ignore[assignment,method-assign]
+    return [str(command) for command in yielded(host, op, **args)]
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import json
 import logging
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,21 +21,24 @@ from typing import Any
 import libvirt
 import pytest
 from pyinfra.api.command import FunctionCommand
-from pyinfra.api.config import Config
 from pyinfra.api.exceptions import OperationError
 from pyinfra.api.host import Host
-from pyinfra.api.inventory import Inventory
-from pyinfra.api.state import State
-from pyinfra.context import ctx_host, ctx_state
 
 from deploy import virt
 from deploy.acceleration import choose_acceleration
-from deploy.domain_xml import QEMU_NAMESPACE, DomainSpec, lab_uuid, render_domain
+from deploy.domain_xml import (
+    QEMU_NAMESPACE,
+    DomainDefinition,
+    DomainSpec,
+    lab_uuid,
+    render_domain,
+)
 from deploy.facts.libvirt import Domain, StoragePool, StorageVolume
 from deploy.operations import libvirt as libvirt_ops
 from deploy.teardown import teardown_lab
 from runner.errors import RunnerError
 from runner.lab import LabPaths
+from tests.deploy_harness import local_host, yielded
 
 CASES = sorted((Path(__file__).parent / "deploy_libvirt").glob("*.json"))
 LAB = "t"
@@ -61,7 +64,7 @@ SPEC = DomainSpec(
 )
 
 
-def for_test_driver(spec: DomainSpec) -> libvirt_ops.DomainDefinition:
+def for_test_driver(spec: DomainSpec) -> DomainDefinition:
     """The rendered definition, as the test driver takes it (type 'test', an i686 guest)."""
     definition = render_domain(spec)
     root = ET.fromstring(definition.xml)
@@ -87,18 +90,17 @@ def conn(uri: str) -> libvirt.virConnect:
 
 @pytest.fixture
 def pyinfra_host(uri: str) -> Host:
-    state = State(Inventory((["@local"], {"libvirt_uri": uri})), Config())
-    return state.inventory.get_host("@local")
+    return local_host({"libvirt_uri": uri})
 
 
 def run_op(host: Host, op: Any, **args: Any) -> list[str]:
     """Run one operation as pyinfra would at execute time; the names of the work it did."""
-    with ctx_state.use(host.state), ctx_host.use(host):
-        commands = list(op._inner(**args))
-    for command in commands:
+    done = []
+    for command in yielded(host, op, **args):
         assert isinstance(command, FunctionCommand)
         command.function(*command.args, **command.kwargs)
-    return [command.function.__name__ for command in commands]
+        done.append(command.function.__name__)
+    return done
 
 
 GIVEN: dict[str, Callable[[libvirt.virConnect, str], None]] = {
@@ -116,7 +118,7 @@ GIVEN: dict[str, Callable[[libvirt.virConnect, str], None]] = {
     ),
 }
 
-FACTS = {
+FACTS: dict[str, Callable[[libvirt.virConnect], Mapping[str, Any]]] = {
     "pool": lambda conn: StoragePool().read(conn, pool=POOL),
     "volume": lambda conn: StorageVolume().read(conn, pool=POOL, volume=f"{DOMAIN}.qcow2"),
     "domain": lambda conn: Domain().read(conn, domain=DOMAIN),
@@ -197,7 +199,7 @@ def test_domain_xml_carries_key_forwards_and_lock_sizes() -> None:
     assert cmdline.startswith("root=LABEL=root rw console=ttyAMA0 lab.authorized_key=")
     key = base64.b64decode(cmdline.rsplit("lab.authorized_key=", 1)[1]).decode()
     assert key == SPEC.public_key_line.strip()
-    arguments = [arg.get("value") for arg in root.iter(f"{{{QEMU_NAMESPACE}}}arg")]
+    arguments = [arg.get("value", "") for arg in root.iter(f"{{{QEMU_NAMESPACE}}}arg")]
     assert arguments[1] == (
         "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:40022-:22,"
         "guestfwd=tcp:10.0.2.100:8080-tcp:127.0.0.1:40080"
