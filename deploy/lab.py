@@ -21,7 +21,7 @@ from deploy.domain_xml import DomainSpec, lab_uuid, render_domain
 from deploy.operations import guest, libvirt
 from images.manifest import ImageManifest
 from images.paths import ImagePaths
-from runner.files import write_model
+from runner.files import read_model, write_model
 from runner.lab import HypervisorPaths, ImageRef, LabPaths, LabState, libvirt_name
 from runner.lock import Lock
 
@@ -82,7 +82,7 @@ def _ensure_key_pair(paths: LabPaths) -> None:
 def _previous_state(paths: LabPaths) -> LabState | None:
     if not paths.state.exists():
         return None
-    return LabState.model_validate_json(paths.state.read_bytes())
+    return read_model(paths.state, LabState)
 
 
 def prepare_lab(
