@@ -26,7 +26,9 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import aiohttp
+import uvloop
 from aiohttp import web
+from multidict import CIMultiDict
 
 from runner.errors import RunnerError
 from runner.files import write_model
@@ -99,7 +101,7 @@ class CredentialProxy:
 
     def __init__(self, paths: RunPaths) -> None:
         self._paths = paths
-        self._loop = asyncio.new_event_loop()
+        self._loop = uvloop.new_event_loop()  # libuv: about half the per-request overhead
         self._thread = threading.Thread(target=self._loop.run_forever, name="proxy", daemon=True)
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -306,12 +308,22 @@ class CredentialProxy:
             async with self._session.post(cell.upstream + request.path_qs, data=body,
                                           headers=headers, timeout=timeout) as upstream:
                 exchange.status = upstream.status
-                response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-                for name, value in upstream.headers.items():
-                    if name.lower() not in _RESPONSE_HEADERS_DROPPED:
-                        response.headers.add(name, value)
+                passed_back = CIMultiDict(
+                    (name, value) for name, value in upstream.headers.items()
+                    if name.lower() not in _RESPONSE_HEADERS_DROPPED
+                )
+                event_stream = "text/event-stream" in upstream.headers.get("Content-Type", "")
+                meter = UsageMeter(event_stream)
+                if not event_stream:
+                    # A whole JSON answer is of no use to a client in pieces: one write.
+                    payload = await upstream.read()
+                    meter.feed(payload)
+                    exchange.usage, exchange.response_bytes = meter.result(), len(payload)
+                    return web.Response(body=payload, status=upstream.status,
+                                        reason=upstream.reason, headers=passed_back)
+                response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                              headers=passed_back)
                 await response.prepare(request)
-                meter = UsageMeter("text/event-stream" in upstream.headers.get("Content-Type", ""))
                 async for chunk in upstream.content.iter_any():
                     meter.feed(chunk)
                     await response.write(chunk)
