@@ -72,18 +72,19 @@ def bun_tree(bun: str) -> NpmTree:
     return NpmTree(None, (PinnedPackage(source=f"npm:bun@{bun}"),))
 
 
+async def node_pin_problem(node: str, registry: NpmRegistry, platform: GuestPlatform) -> str | None:
+    problem = node_too_old(node) or await registry.why_unavailable(platform.node_package, node)
+    return None if problem is None else f"npm:{platform.node_package}@{node}: {problem}"
+
+
 async def plan_node(node: str, registry: NpmRegistry, platform: GuestPlatform) -> Plan:
     """Node's prebuilt binary for the guest, as an npm package of its own (no dependencies).
 
     Asked for by name, not through npm's tree: npm refuses a package for another CPU as a
     direct dependency, whatever ``--cpu`` says.
     """
-    source = f"npm:{platform.node_package}@{node}"
-    problem = node_too_old(node) or await registry.why_unavailable(platform.node_package, node)
-    if problem is not None:
-        return Plan(unavailable=[f"{source}: {problem}"])
     packument = await registry.packument(platform.node_package)
-    assert packument is not None  # why_unavailable found the version in it
+    assert packument is not None  # node_pin_problem found the version in it
     dist = packument["versions"][node]["dist"]
     url: str = dist["tarball"]
     wanted = Wanted(url, url.rsplit("/", 1)[-1], integrity=dist["integrity"])
@@ -97,27 +98,36 @@ def node_too_old(node: str) -> str | None:
     return f"the Pi harness needs Node >= {'.'.join(map(str, _NODE_MINIMUM))} (tools.node)"
 
 
-async def plan_tree(
-    tree: NpmTree,
-    registry: NpmRegistry,
-    store: ArtifactStore,
-    platform: GuestPlatform,
-    lock_dir: Path,
-) -> Plan:
-    plan = Plan()
-    specs: list[str] = []
-    tarballs: dict[Path, Wanted] = {}
+async def tree_pin_problems(
+    tree: NpmTree, registry: NpmRegistry, store: ArtifactStore, lock_dir: Path
+) -> list[str]:
+    """One line per package of the tree its source does not have (asks only for metadata)."""
+    problems = []
     for package in tree.packages:
         problem = await _pin_problem(package, registry, store, lock_dir)
         if problem is not None:
-            plan.unavailable.append(f"{package.source}: {problem}")
-        elif package.source.startswith("file:"):
-            assert package.sha256 is not None
-            path = (lock_dir / package.source.removeprefix("file:")).resolve()
-            tarballs[path] = Wanted(package.source, path.name, sha256=package.sha256)
-        specs.append(_install_spec(package, lock_dir))
-    if plan.unavailable:
-        return plan  # npm would only fail on the same pins, with a longer message
+            problems.append(f"{package.source}: {problem}")
+    return problems
+
+
+async def plan_tree(
+    tree: NpmTree,
+    registry: NpmRegistry,
+    platform: GuestPlatform,
+    lock_dir: Path,
+) -> Plan:
+    """The tree's packages for the guest; its pins were checked by ``tree_pin_problems``."""
+    plan = Plan()
+    specs = [_install_spec(package, lock_dir) for package in tree.packages]
+    tarballs = {
+        (lock_dir / package.source.removeprefix("file:")).resolve(): Wanted(
+            package.source,
+            Path(package.source.removeprefix("file:")).name,
+            sha256=package.sha256,
+        )
+        for package in tree.packages
+        if package.source.startswith("file:")
+    }
     lockfile_bytes, workdir = await _npm_lockfile(specs, platform, tree.harness or "tools")
     lockfile = json.loads(lockfile_bytes)
     for parent, missing, spec in missing_platform_packages(lockfile, platform):
@@ -227,6 +237,16 @@ def _kind(name: str, platform: GuestPlatform) -> ArtifactKind:
     return "bun-binary" if name == platform.bun_package else "npm"
 
 
+def packages_for_guest(
+    lockfile: dict[str, Any], platform: GuestPlatform
+) -> Iterable[tuple[str, dict[str, Any]]]:
+    """The lockfile's packages npm installs on the guest, bundled ones left out (they arrive
+    inside their parent's tarball)."""
+    for name, entry in _entries(lockfile):
+        if not entry.get("inBundle") and _needed_on(name, entry, platform):
+            yield name, entry
+
+
 def _planned_packages(
     lockfile: dict[str, Any],
     harness: str | None,
@@ -235,9 +255,7 @@ def _planned_packages(
     tarballs: dict[Path, Wanted],
 ) -> Iterable[Planned]:
     harnesses = (harness,) if harness is not None else ()
-    for name, entry in _entries(lockfile):
-        if entry.get("inBundle") or not _needed_on(name, entry, platform):
-            continue  # bundled packages arrive inside their parent's tarball
+    for name, entry in packages_for_guest(lockfile, platform):
         resolved: str = entry["resolved"]
         if resolved.startswith("file:"):
             # A tarball pinned in the lock: already in the store, named by the lock's source.

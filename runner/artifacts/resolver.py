@@ -13,19 +13,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import aiohttp
 from rich.console import Console
 
 from runner.artifacts.debian import plan_debs
 from runner.artifacts.fetch import FetchReport, fetch_all
 from runner.artifacts.http import new_session
-from runner.artifacts.npm import NpmRegistry, NpmTree, bun_tree, plan_node, plan_tree
+from runner.artifacts.npm import (
+    NpmRegistry,
+    NpmTree,
+    bun_tree,
+    node_pin_problem,
+    plan_node,
+    plan_tree,
+    tree_pin_problems,
+)
 from runner.artifacts.paths import CachePaths
 from runner.artifacts.plan import Plan, Planned
 from runner.artifacts.platform import GuestPlatform
 from runner.artifacts.store import ArtifactStore
 from runner.artifacts.tools import PIP, run_tool, tool_version
-from runner.artifacts.wheels import plan_wheels, pypi_problem
+from runner.artifacts.wheels import harbor_pin_problem, plan_wheels
 from runner.errors import RunnerError
 from runner.lock import Lock
 from runner.resolution import Artifact, HarnessTree, Resolution, ResolverTools
@@ -62,27 +69,43 @@ async def resolve_lock(
     """Resolve ``sections`` of the lock for its guest; a partial resolution is for tests only."""
     platform = GuestPlatform(lock.guest.arch)
     store = ArtifactStore(paths)
+    trees = []
+    if "tools" in sections:
+        trees.append(bun_tree(lock.tools.bun))
+    if "harnesses" in sections:
+        trees.extend(
+            NpmTree(harness.id, (harness.package, *harness.extensions))
+            for harness in lock.harnesses
+        )
     plan = Plan()
     async with new_session() as session:
-        registry = NpmRegistry(session, (await run_tool(["npm", "config", "get", "registry"],
-                                                         "npm config")).strip())  # fmt: skip
-        steps: list[Awaitable[Plan]] = []
+        npm_registry = await run_tool(["npm", "config", "get", "registry"], "npm config")
+        registry = NpmRegistry(session, npm_registry.strip())
+        # Metadata first: a pin its source lacks fails in seconds, before any slow step.
+        checks: list[Awaitable[str | None]] = []
+        if "tools" in sections:
+            checks.append(node_pin_problem(lock.tools.node, registry, platform))
+        if "wheels" in sections:
+            checks.append(harbor_pin_problem(session, lock.tools.harbor))
+        problems = [problem for problem in await asyncio.gather(*checks) if problem]
+        for tree_problems in await asyncio.gather(
+            *(tree_pin_problems(tree, registry, store, lock_dir) for tree in trees)
+        ):
+            problems.extend(tree_problems)
+        if problems:
+            raise UnavailableArtifacts(problems)
+        steps: list[Awaitable[Plan]] = [
+            plan_tree(tree, registry, platform, lock_dir) for tree in trees
+        ]
+        if "tools" in sections:
+            steps.append(plan_node(lock.tools.node, registry, platform))
         if sections & {"debs", "wheels"}:
             debian = await plan_debs(lock.guest, platform, paths)
             if "debs" in sections:
                 plan.merge(debian.plan)
             if "wheels" in sections:
-                steps.append(_plan_harbor(session, lock, platform, debian.glibc_minor))
-        trees = []
-        if "tools" in sections:
-            steps.append(plan_node(lock.tools.node, registry, platform))
-            trees.append(bun_tree(lock.tools.bun))
-        if "harnesses" in sections:
-            trees.extend(
-                NpmTree(harness.id, (harness.package, *harness.extensions))
-                for harness in lock.harnesses
-            )
-        steps.extend(plan_tree(tree, registry, store, platform, lock_dir) for tree in trees)
+                steps.append(plan_wheels(f"harbor=={lock.tools.harbor}", platform,
+                                         debian.glibc_minor))  # fmt: skip
         for section_plan in await asyncio.gather(*steps):
             plan.merge(section_plan)
     if plan.unavailable:
@@ -105,15 +128,6 @@ async def resolve_lock(
         ),
     )
     return Resolved(resolution, report)
-
-
-async def _plan_harbor(
-    session: aiohttp.ClientSession, lock: Lock, platform: GuestPlatform, glibc_minor: int
-) -> Plan:
-    problem = await pypi_problem(session, "harbor", lock.tools.harbor)
-    if problem is not None:
-        return Plan(unavailable=[f"pypi:harbor=={lock.tools.harbor}: {problem}"])
-    return await plan_wheels(f"harbor=={lock.tools.harbor}", platform, glibc_minor)
 
 
 def _artifacts(planned: list[Planned], report: FetchReport) -> tuple[Artifact, ...]:

@@ -82,3 +82,8 @@ async def pypi_problem(session: aiohttp.ClientSession, name: str, version: str) 
         return None
     nearest = nearest_version(version, releases)
     return "not on PyPI" + (f"; nearest: {nearest}" if nearest else "")
+
+
+async def harbor_pin_problem(session: aiohttp.ClientSession, harbor: str) -> str | None:
+    problem = await pypi_problem(session, "harbor", harbor)
+    return None if problem is None else f"pypi:harbor=={harbor}: {problem}"
