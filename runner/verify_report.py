@@ -13,12 +13,21 @@ class Drift(FrozenModel):
     expected: str
     found: str
 
+    @property
+    def line(self) -> str:
+        return f"{self.check}: expected {self.expected}, found {self.found}"
+
 
 class VerifyReport(FrozenModel):
     schema_version: Literal[1] = 1
+    lab: str
     freeze_manifest_sha256: str
     checked_at: datetime
-    checks: int
+    seconds: float
+    # The ansible-runner private data dir of the audit: playbook, inventory, and its job events
+    # (artifacts/<ident>/job_events/*.json), the evidence every check and drift comes from.
+    evidence: str
+    checks: tuple[str, ...]  # every check that ran, "<category>:<item>"
     drifts: tuple[Drift, ...] = ()
 
     @property

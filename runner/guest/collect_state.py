@@ -1,0 +1,136 @@
+"""Runs INSIDE the guest (python3 from stdin, the scope as argv[1]); prints the state as JSON.
+
+Standalone on purpose: only the standard library of the guest's Python. The output is validated
+on the host as ``runner.freeze_manifest.Collected``. The audit computes the same things with
+other tools (coreutils, dpkg-query, ss, awk in an Ansible playbook), so a bug here and there
+would have to agree to hide a drift.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+
+def run(*command: str) -> str:
+    return subprocess.run(command, capture_output=True, text=True, check=True).stdout
+
+
+def entry(path: str) -> str | None:
+    """``sha256:<hex>`` of a regular file, ``symlink:<target>``, None for anything else."""
+    if os.path.islink(path):
+        return "symlink:" + os.readlink(path)
+    if not os.path.isfile(path):
+        return None
+    with open(path, "rb") as handle:
+        return "sha256:" + hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def pinned_files(patterns: list[str]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for pattern in patterns:
+        for path in glob.glob(pattern):
+            value = entry(path)
+            if value is not None:
+                found[path] = value
+    return found
+
+
+def tree(root: str, excludes: list[str]) -> dict[str, str]:
+    """Regular files and symlinks below ``root`` (one filesystem, no excluded component)."""
+    files: dict[str, str] = {}
+    if not os.path.isdir(root) or os.path.islink(root):
+        return files
+    device = os.lstat(root).st_dev
+    for directory, dirnames, filenames in os.walk(root):
+        kept = []
+        for name in dirnames:
+            path = os.path.join(directory, name)
+            if any(fnmatch.fnmatchcase(name, pattern) for pattern in excludes):
+                continue
+            if os.path.islink(path):
+                filenames.append(name)  # os.walk lists a symlink to a directory as a directory
+            elif os.lstat(path).st_dev == device:
+                kept.append(name)
+        dirnames[:] = kept
+        for name in filenames:
+            if any(fnmatch.fnmatchcase(name, pattern) for pattern in excludes):
+                continue
+            path = os.path.join(directory, name)
+            value = entry(path)
+            if value is not None:
+                files[os.path.relpath(path, root)] = value
+    return files
+
+
+def venvs(roots: list[str], depth: int) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for root in roots:
+        for level in range(depth + 1):
+            for marker in glob.glob(os.path.join(root, *["*"] * level, "pyvenv.cfg")):
+                venv = os.path.dirname(marker)
+                freeze = run(os.path.join(venv, "bin", "python"), "-m", "pip", "freeze", "--all",
+                             "--disable-pip-version-check")
+                found[venv] = sorted(freeze.splitlines())
+    return found
+
+
+def packages() -> dict[str, str]:
+    found: dict[str, str] = {}
+    listing = run("dpkg-query", "-W", "-f", "${db:Status-Abbrev}\t${binary:Package}\t${Version}\n")
+    for line in listing.splitlines():
+        status, name, version = line.split("\t")
+        status = status.strip()
+        if status.startswith("u"):
+            continue  # unknown/not-installed: dpkg only remembers the name
+        found[name] = version if status == "ii" else f"{version} [{status}]"
+    return found
+
+
+def images() -> list[dict[str, Any]]:
+    listed = json.loads(run("podman", "images", "--digests", "--format", "json") or "[]")
+    return [
+        {
+            "id": image["Id"],
+            "digest": image.get("Digest") or "",
+            "names": sorted(image.get("Names") or []),
+        }
+        for image in listed
+    ]
+
+
+def listening() -> list[dict[str, Any]]:
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
+        low, high = (int(value) for value in handle.read().split())
+    sockets = set()
+    for line in run("ss", "-Hltnu").splitlines():
+        fields = line.split()
+        port = int(fields[4].rsplit(":", 1)[1])
+        if not low <= port <= high:  # ephemeral: a client's or a resolver's, not a service
+            sockets.add((fields[0], port))
+    return [{"proto": proto, "port": port} for proto, port in sorted(sockets)]
+
+
+def main() -> None:
+    scope = json.loads(sys.argv[1])
+    state = {
+        "kernel": os.uname().release,
+        "packages": packages(),
+        "files": pinned_files(scope["files"]),
+        "trees": {root: tree(root, scope["tree_excludes"]) for root in scope["trees"]},
+        "venvs": venvs(scope["venv_roots"], scope["venv_search_depth"]),
+        "images": images() if shutil.which("podman") else [],
+        "listening": listening(),
+    }
+    json.dump(state, sys.stdout, sort_keys=True)
+
+
+if __name__ == "__main__":
+    main()
