@@ -164,22 +164,38 @@ def render_markdown(receipt: Receipt) -> str:
 def plot(receipt: Receipt, path: Path) -> None:
     """Wall time and provider tokens per harness, one row per batch."""
     batches = receipt.batches
-    figure, axes = plt.subplots(len(batches), 2, figsize=(10, 3.2 * len(batches)), squeeze=False)
+    figure, axes = plt.subplots(len(batches), 2, figsize=(11, 3.6 * len(batches)), squeeze=False)
     for row, batch in enumerate(batches):
         labels = [group.label for group in batch.harnesses]
-        wall = [group.totals.wall_seconds for group in batch.harnesses]
+        positions = list(range(len(labels)))
+        wall_axis, token_axis = axes[row]
+        wall_axis.bar(positions, [g.totals.wall_seconds for g in batch.harnesses])
+        wall_axis.set_title(f"{batch.model}: wall seconds")
         tokens = [group.totals.provider_tokens for group in batch.harnesses]
-        axes[row][0].bar(labels, wall, color="tab:blue")
-        axes[row][0].set_title(f"{batch.model}: wall seconds")
-        token_axis = axes[row][1]
-        # A missing value is drawn as no bar and labelled, never as a bar of height 0.
-        heights = [float("nan") if value is None else value for value in tokens]
-        token_axis.bar(labels, heights, color="tab:orange")
-        for index, value in enumerate(tokens):
+        # A missing value gets no bar and a label, never a bar of height 0.
+        token_axis.bar(
+            [p for p, value in zip(positions, tokens, strict=True) if value is not None],
+            [value for value in tokens if value is not None],
+            color="tab:orange",
+        )
+        for position, value in zip(positions, tokens, strict=True):
             if value is None:
-                token_axis.text(index, 0, NOT_RETURNED, ha="center", va="bottom", rotation=90)
+                token_axis.text(
+                    position,
+                    0.5,
+                    NOT_RETURNED,
+                    ha="center",
+                    va="center",
+                    transform=token_axis.get_xaxis_transform(),
+                )
         token_axis.set_title(f"{batch.model}: provider tokens")
-    figure.suptitle(f"{receipt.identities.lock_name} — {receipt.status}")
+        if all(value is None for value in tokens):
+            token_axis.set_yticks([])
+        for axis in (wall_axis, token_axis):
+            axis.set_xticks(positions, labels)
+            axis.set_xlim(-0.6, len(labels) - 0.4)
+            axis.set_ylim(bottom=0)
+    figure.suptitle(f"{receipt.identities.lock_name}: {receipt.status}")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=100)
