@@ -1,7 +1,7 @@
-"""The real Pi (npm, on the npm registry's Node) through the proxy to the scripted provider.
+"""The real Pi and OMP (npm, on npm's Node and Bun) through the proxy to the scripted provider.
 
-Pi is installed once into ``<repo>/.cache/hosttools`` (``python -m runner.hosttools LOCK`` does
-the same for CI). These tests skip only when the npm registry cannot be reached at all.
+Both are installed once into ``<repo>/.cache/hosttools`` (``python -m runner.hosttools LOCK``
+does the same for CI). These tests skip only when the npm registry cannot be reached at all.
 """
 
 from __future__ import annotations
@@ -25,7 +25,13 @@ from runner.lock import Model, load_lock
 from runner.paths import RunPaths
 from runner.provider import Fault, ProviderScript, ToolCall, Turn
 from runner.proxy import CredentialProxy, ProxyCellCounts
-from runner.proxy.harness import BEARER_ENV, pi_command, pi_models_json
+from runner.proxy.harness import (
+    BEARER_ENV,
+    Agent,
+    agent_command,
+    models_config,
+    models_file_name,
+)
 from runner.scan import new_canary, scan_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,16 +52,26 @@ def _registry_reachable() -> bool:
     return ping.returncode == 0
 
 
-@pytest.fixture(scope="session")
-def pi() -> HostHarness:
+def _installed(agent: Agent) -> HostHarness:
     lock = load_lock(REPO / "locks" / "demo.toml")
-    harness = next(harness for harness in lock.harnesses if harness.agent == "pi")
+    harness = next(harness for harness in lock.harnesses if harness.agent == agent)
+    runtime = {"node": lock.tools.node, "bun": lock.tools.bun}[harness.runtime]
     try:
-        return host_harness(harness, lock.tools.node)
+        return host_harness(harness, runtime)
     except RunnerError as error:
         if not _registry_reachable():
             pytest.skip(f"the npm registry is unreachable: {error}")
         raise
+
+
+@pytest.fixture(scope="session")
+def pi() -> HostHarness:
+    return _installed("pi")
+
+
+@pytest.fixture(scope="session")
+def omp() -> HostHarness:
+    return _installed("omp")
 
 
 @pytest.fixture
@@ -92,40 +108,47 @@ class PiRun:
                 if (event := json.loads(line))["type"] == "message_end"]
 
 
-def run_pi(pi: HostHarness, paths: RunPaths, cell_id: str, model: Model, proxy_url: str,
-           bearer: str, settings: dict[str, Any] | None = None) -> PiRun:
-    """Pi as a cell runs it: its config dir, sessions and event log inside the cell's trial dir,
-    the bearer only in its environment, the real key nowhere near it."""
+def run_agent(harness: HostHarness, agent: Agent, paths: RunPaths, cell_id: str, model: Model,
+              proxy_url: str, bearer: str, settings: dict[str, Any] | None = None) -> PiRun:
+    """The agent as a cell runs it: config dir, sessions and event log inside the cell's trial
+    dir, the bearer only in its environment, the real key nowhere near it."""
     trial = paths.trial(cell_id)
     agent_dir, work = trial / "agent", trial / "work"
     agent_dir.mkdir(parents=True)
     work.mkdir()
-    (agent_dir / "models.json").write_text(json.dumps(pi_models_json(model, proxy_url)))
-    (agent_dir / "settings.json").write_text(json.dumps(settings or {}))
-    env = {"PATH": pi.path_env, "HOME": str(trial), "PI_CODING_AGENT_DIR": str(agent_dir),
+    config = models_config(agent, model, proxy_url)
+    (agent_dir / models_file_name(agent)).write_text(json.dumps(config))
+    if settings is not None:  # Pi's settings; these tests give none to OMP
+        (agent_dir / "settings.json").write_text(json.dumps(settings))
+    env = {"PATH": harness.path_env, "HOME": str(trial), "PI_CODING_AGENT_DIR": str(agent_dir),
            "PI_OFFLINE": "1", BEARER_ENV: bearer}
-    events = trial / "pi-events.jsonl"
-    with events.open("w") as stdout, (trial / "pi-stderr.log").open("w") as stderr:
-        result = subprocess.run([str(pi.command), *pi_command(model, "Write the answer.")],
+    events = trial / "agent-events.jsonl"
+    with events.open("w") as stdout, (trial / "agent-stderr.log").open("w") as stderr:
+        result = subprocess.run([str(harness.command), *agent_command(model, "Write the answer.")],
                                 cwd=work, env=env, stdout=stdout, stderr=stderr, timeout=180,
                                 check=False)
     return PiRun(result.returncode, trial, events)
 
 
-def cell(proxy: CredentialProxy, paths: RunPaths, pi: HostHarness, cell_id: str, model: Model,
-         script: ProviderScript, settings: dict[str, Any] | None = None,
-         bearer: str | None = None) -> tuple[PiRun, ProxyCellCounts]:
+def cell(proxy: CredentialProxy, paths: RunPaths, harness: HostHarness, cell_id: str,
+         model: Model, script: ProviderScript, settings: dict[str, Any] | None = None,
+         bearer: str | None = None, agent: Agent = "pi") -> tuple[PiRun, ProxyCellCounts]:
     issued = proxy.open_cell(cell_id, model, datetime.now(UTC) + timedelta(minutes=5), script)
-    run = run_pi(pi, paths, cell_id, model, proxy.base_url, bearer or issued, settings)
+    run = run_agent(harness, agent, paths, cell_id, model, proxy.base_url, bearer or issued,
+                    settings)
     return run, proxy.close_cell(cell_id)
 
 
+@pytest.mark.parametrize("agent", ["pi", "omp"])
 @pytest.mark.parametrize("api", ["openai-completions", "openai-responses", "anthropic-messages"])
-def test_pi_completes_a_tool_turn_through_the_proxy(
-    pi: HostHarness, proxy: CredentialProxy, paths: RunPaths, key: str, api: str
+def test_agent_completes_a_tool_turn_through_the_proxy(
+    request: pytest.FixtureRequest, proxy: CredentialProxy, paths: RunPaths, key: str,
+    api: str, agent: Agent,
 ) -> None:
-    run, counts = cell(proxy, paths, pi, "cell-1", scripted(api), WRITE_ANSWER)
-    assert run.returncode == 0, (run.trial / "pi-stderr.log").read_text()
+    harness: HostHarness = request.getfixturevalue(agent)
+    run, counts = cell(proxy, paths, harness, "cell-1", scripted(api), WRITE_ANSWER,
+                       agent=agent)
+    assert run.returncode == 0, (run.trial / "agent-stderr.log").read_text()
     assert (run.trial / "work" / "answer.txt").read_text() == "42\n"
     assert [m["stopReason"] for m in run.messages() if m["role"] == "assistant"] == [
         "toolUse", "stop"]
@@ -145,7 +168,7 @@ def test_pi_completes_a_tool_turn_through_the_proxy(
     assert report.clean, report.leaks
     assert report.canary_hits == ("trials/cell-1/canary.txt",)
     assert any(path.suffix == ".jsonl" for path in (run.trial / "agent").rglob("*")), (
-        "Pi's own session file is among what was scanned")
+        "the agent's own session file is among what was scanned")
 
 
 def test_pi_sdk_retries_show_as_unattributed_posts(
@@ -206,5 +229,5 @@ def test_an_agent_that_prints_its_bearer_is_caught_by_the_scan(
     report = scan_run(paths, proxy.secrets_to_scan())  # type: ignore[arg-type]
     assert not report.clean
     assert {leak.kind for leak in report.leaks} == {"bearer"}
-    assert "trials/cell-1/pi-events.jsonl" in {leak.file for leak in report.leaks}
+    assert "trials/cell-1/agent-events.jsonl" in {leak.file for leak in report.leaks}
     assert key not in paths.scan.read_text()

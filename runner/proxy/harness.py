@@ -1,39 +1,54 @@
-"""How a Pi-family harness is pointed at the proxy: a ``models.json`` and a command line.
+"""How a Pi-family harness is pointed at the proxy: a models file and a command line.
 
-Pi (and OMP, its fork) reads custom providers from ``$PI_CODING_AGENT_DIR/models.json``. The
-entry names the proxy as base URL and ``$<BEARER_ENV>`` as key, so the file itself holds no
-secret: the bearer travels only in the harness process's environment. Pi's own retry settings
-go in ``settings.json`` beside it.
+Pi and OMP (its fork) both read custom providers from the directory in ``PI_CODING_AGENT_DIR``:
+Pi from ``models.json``, OMP from ``models.yml`` (JSON is valid YAML). The entry names the proxy
+as base URL and refers to the bearer by the NAME of an environment variable, so the file holds
+no secret: the bearer travels only in the harness process's environment. The two differ in how
+a key refers to a variable: Pi wants ``$NAME``, OMP the bare ``NAME``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from runner.lock import Model
 
 BEARER_ENV = "BENCH_PROXY_BEARER"
 
+Agent = Literal["pi", "omp"]
 
-def pi_models_json(
-    model: Model, proxy_base_url: str, bearer_env: str = BEARER_ENV
+# agent -> (models file in PI_CODING_AGENT_DIR, how a key names an environment variable)
+_MODELS_FILES: dict[Agent, tuple[str, str]] = {
+    "pi": ("models.json", "${}"),
+    "omp": ("models.yml", "{}"),
+}
+
+
+def models_file_name(agent: Agent) -> str:
+    return _MODELS_FILES[agent][0]
+
+
+def models_config(
+    agent: Agent, model: Model, proxy_base_url: str, bearer_env: str = BEARER_ENV
 ) -> dict[str, Any]:
+    """The models file's content: one provider, the lock's model, reached through the proxy."""
+    key_reference = _MODELS_FILES[agent][1].format(bearer_env)
     return {
         "providers": {
             model.provider: {
                 "baseUrl": proxy_base_url,
                 "api": model.api,
-                "apiKey": f"${bearer_env}",
+                "apiKey": key_reference,
                 "models": [{"id": model.model, "reasoning": model.thinking != "off"}],
             }
         }
     }
 
 
-def pi_command(model: Model, prompt: str) -> list[str]:
-    """Arguments after the ``pi`` executable: one prompt, JSON event log on stdout, then exit."""
+def agent_command(model: Model, prompt: str) -> list[str]:
+    """Arguments after the ``pi``/``omp`` executable: one prompt, JSON events on stdout, exit."""
     return [
-        "--mode", "json", "-p", "--offline",
+        "--mode", "json", "-p",
         "--provider", model.provider, "--model", model.model, "--thinking", model.thinking,
         prompt,
     ]
