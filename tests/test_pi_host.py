@@ -44,12 +44,13 @@ WRITE_ANSWER = ProviderScript(
 )
 
 
-def _registry_reachable() -> bool:
+def _registry_unreachable() -> bool:
+    """Only a registry that does not answer excuses a skip; a missing npm is a failure."""
     npm = shutil.which("npm")
     if npm is None:
         return False
     ping = subprocess.run([npm, "ping"], capture_output=True, timeout=60, check=False)
-    return ping.returncode == 0
+    return ping.returncode != 0
 
 
 def _installed(agent: Agent) -> HostHarness:
@@ -59,7 +60,7 @@ def _installed(agent: Agent) -> HostHarness:
     try:
         return host_harness(harness, runtime)
     except RunnerError as error:
-        if not _registry_reachable():
+        if _registry_unreachable():
             pytest.skip(f"the npm registry is unreachable: {error}")
         raise
 
