@@ -7,12 +7,15 @@ import sys
 import click
 
 from runner.errors import RunnerError
+from runner.freeze_cmd import freeze_command
 from runner.rebuild import rebuild_command
 from runner.report_cmd import report_command
+from runner.reset_cmd import reset_command
 from runner.resolve_cmd import resolve_command
 from runner.schedule_cmd import schedule_command
 from runner.status import status_command
 from runner.teardown import teardown_command
+from runner.verify_cmd import verify_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -26,6 +29,9 @@ cli.add_command(teardown_command)
 cli.add_command(rebuild_command)
 cli.add_command(status_command)
 cli.add_command(resolve_command)
+cli.add_command(freeze_command)
+cli.add_command(verify_command)
+cli.add_command(reset_command)
 
 
 def main() -> None:

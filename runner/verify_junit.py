@@ -44,7 +44,7 @@ def junit_xml(report: VerifyReport) -> bytes:
             if check in drifts:
                 _failure(case, drifts[check])
     ET.indent(root)
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+    return bytes(ET.tostring(root, encoding="utf-8", xml_declaration=True)) + b"\n"
 
 
 def _failure(case: ET.Element, drift: Drift) -> None:

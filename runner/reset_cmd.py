@@ -1,0 +1,22 @@
+"""``runner reset [--lab NAME]``: return the guest to its frozen state."""
+
+from __future__ import annotations
+
+import click
+
+from runner.reset import reset_lab
+from runner.teardown import lab_option
+
+
+@click.command("reset")
+@lab_option
+def reset_command(lab: str) -> None:
+    """Return the guest to the state of the last `runner freeze` (memory and disk: anything
+    written since is gone) and wait until it answers SSH."""
+    times = reset_lab(lab)
+    restore = times.restore
+    click.echo(
+        f"stop {restore.destroy_seconds:.2f} s, live layer {restore.live_layer_seconds:.2f} s, "
+        f"restore {restore.restore_seconds:.2f} s, SSH {times.ssh_seconds:.2f} s"
+    )
+    click.echo(f"reset to freeze {times.freeze_manifest_sha256}: {times.total_seconds:.2f} s")
