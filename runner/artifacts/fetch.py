@@ -139,8 +139,8 @@ async def _download(
         async for attempt in retrying():
             with attempt:
                 return await _download_once(session, store, item, integrity, progress, task)
-    except aiohttp.ClientError as error:
-        raise RunnerError(f"{item.url}: download failed: {error}") from None
+    except (aiohttp.ClientError, TimeoutError) as error:
+        raise RunnerError(f"{item.url}: download failed: {error or 'timed out'}") from None
     raise AssertionError("unreachable: tenacity re-raises the last error")
 
 

@@ -13,6 +13,8 @@ from tenacity import (
     wait_exponential,
 )
 
+from runner.errors import RunnerError
+
 _ATTEMPTS = 4
 _TIMEOUT = aiohttp.ClientTimeout(total=None, connect=30, sock_read=60)
 
@@ -40,13 +42,15 @@ def retrying() -> AsyncRetrying:
 
 async def get_json(session: aiohttp.ClientSession, url: str, accept: str) -> Any | None:
     """The JSON document at ``url``, or None when the server says it has none (404)."""
-    async for attempt in retrying():
-        with attempt:
-            try:
+    try:
+        async for attempt in retrying():
+            with attempt:
                 async with session.get(url, headers={"Accept": accept}) as response:
                     return await response.json(content_type=None)
-            except aiohttp.ClientResponseError as error:
-                if error.status == 404:
-                    return None
-                raise
+    except aiohttp.ClientResponseError as error:
+        if error.status == 404:
+            return None
+        raise RunnerError(f"{url}: the registry answered {error.status} {error.message}") from None
+    except (aiohttp.ClientError, TimeoutError) as error:
+        raise RunnerError(f"{url}: no answer from the registry: {error or 'timed out'}") from None
     raise AssertionError("unreachable: tenacity re-raises the last error")

@@ -72,9 +72,9 @@ def bun_tree(bun: str) -> NpmTree:
     return NpmTree(None, (PinnedPackage(source=f"npm:bun@{bun}"),))
 
 
-async def node_pin_problem(node: str, registry: NpmRegistry, platform: GuestPlatform) -> str | None:
+async def node_pin_problem(node: str, registry: NpmRegistry, platform: GuestPlatform) -> list[str]:
     problem = node_too_old(node) or await registry.why_unavailable(platform.node_package, node)
-    return None if problem is None else f"npm:{platform.node_package}@{node}: {problem}"
+    return [] if problem is None else [f"npm:{platform.node_package}@{node}: {problem}"]
 
 
 async def plan_node(node: str, registry: NpmRegistry, platform: GuestPlatform) -> Plan:

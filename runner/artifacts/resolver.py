@@ -8,7 +8,6 @@ before any VM is touched.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -69,43 +68,25 @@ async def resolve_lock(
     """Resolve ``sections`` of the lock for its guest; a partial resolution is for tests only."""
     platform = GuestPlatform(lock.guest.arch)
     store = ArtifactStore(paths)
-    trees = []
-    if "tools" in sections:
-        trees.append(bun_tree(lock.tools.bun))
-    if "harnesses" in sections:
-        trees.extend(
-            NpmTree(harness.id, (harness.package, *harness.extensions))
-            for harness in lock.harnesses
-        )
-    plan = Plan()
+    trees = _npm_trees(lock, sections)
     async with new_session() as session:
         npm_registry = await run_tool(["npm", "config", "get", "registry"], "npm config")
         registry = NpmRegistry(session, npm_registry.strip())
         # Metadata first: a pin its source lacks fails in seconds, before any slow step.
-        checks: list[Awaitable[str | None]] = []
+        checks = [tree_pin_problems(tree, registry, store, lock_dir) for tree in trees]
         if "tools" in sections:
             checks.append(node_pin_problem(lock.tools.node, registry, platform))
         if "wheels" in sections:
             checks.append(harbor_pin_problem(session, lock.tools.harbor))
-        problems = [problem for problem in await asyncio.gather(*checks) if problem]
-        for tree_problems in await asyncio.gather(
-            *(tree_pin_problems(tree, registry, store, lock_dir) for tree in trees)
-        ):
-            problems.extend(tree_problems)
+        problems = [line for lines in await asyncio.gather(*checks) for line in lines]
         if problems:
             raise UnavailableArtifacts(problems)
-        steps: list[Awaitable[Plan]] = [
-            plan_tree(tree, registry, platform, lock_dir) for tree in trees
-        ]
+        steps = [plan_tree(tree, registry, platform, lock_dir) for tree in trees]
         if "tools" in sections:
             steps.append(plan_node(lock.tools.node, registry, platform))
         if sections & {"debs", "wheels"}:
-            debian = await plan_debs(lock.guest, platform, paths)
-            if "debs" in sections:
-                plan.merge(debian.plan)
-            if "wheels" in sections:
-                steps.append(plan_wheels(f"harbor=={lock.tools.harbor}", platform,
-                                         debian.glibc_minor))  # fmt: skip
+            steps.append(_plan_debs_and_wheels(lock, platform, paths, sections))
+        plan = Plan()
         for section_plan in await asyncio.gather(*steps):
             plan.merge(section_plan)
     if plan.unavailable:
@@ -130,6 +111,28 @@ async def resolve_lock(
         ),
     )
     return Resolved(resolution, report)
+
+
+def _npm_trees(lock: Lock, sections: frozenset[Section]) -> list[NpmTree]:
+    trees = [bun_tree(lock.tools.bun)] if "tools" in sections else []
+    if "harnesses" in sections:
+        trees.extend(
+            NpmTree(harness.id, (harness.package, *harness.extensions))
+            for harness in lock.harnesses
+        )
+    return trees
+
+
+async def _plan_debs_and_wheels(
+    lock: Lock, platform: GuestPlatform, paths: CachePaths, sections: frozenset[Section]
+) -> Plan:
+    """Debian first: the suite's glibc says which manylinux wheels run on the guest."""
+    debian = await plan_debs(lock.guest, platform, paths)
+    plan = debian.plan if "debs" in sections else Plan()
+    if "wheels" in sections:
+        requirement = f"harbor=={lock.tools.harbor}"
+        plan.merge(await plan_wheels(requirement, platform, debian.glibc_minor))
+    return plan
 
 
 def _artifacts(planned: list[Planned], report: FetchReport) -> tuple[Artifact, ...]:

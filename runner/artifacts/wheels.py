@@ -84,6 +84,6 @@ async def pypi_problem(session: aiohttp.ClientSession, name: str, version: str) 
     return "not on PyPI" + (f"; nearest: {nearest}" if nearest else "")
 
 
-async def harbor_pin_problem(session: aiohttp.ClientSession, harbor: str) -> str | None:
+async def harbor_pin_problem(session: aiohttp.ClientSession, harbor: str) -> list[str]:
     problem = await pypi_problem(session, "harbor", harbor)
-    return None if problem is None else f"pypi:harbor=={harbor}: {problem}"
+    return [] if problem is None else [f"pypi:harbor=={harbor}: {problem}"]
