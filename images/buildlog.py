@@ -43,7 +43,9 @@ class BuildLog:
     def stage(self, name: str, detail: str = "") -> None:
         line = f"{name}: {detail}" if detail else name
         self._write(f"=== {line}")
-        self._console.print(f"[{self.elapsed:7.1f}s] {line}", markup=False, highlight=False)
+        self._console.print(
+            f"[{self.elapsed:7.1f}s] {line}", markup=False, highlight=False, soft_wrap=True
+        )
 
     def note(self, line: str) -> None:
         self._write(line)
