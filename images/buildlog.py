@@ -40,6 +40,11 @@ class BuildLog:
     def _write(self, line: str) -> None:
         self._file.write(f"[{self.elapsed:8.1f}s] {line}\n")
 
+    def _show(self, text: str) -> None:
+        self._console.print(
+            f"[{self.elapsed:7.1f}s] {text}", markup=False, highlight=False, soft_wrap=True
+        )
+
     def stage(self, name: str, detail: str = "") -> None:
         line = f"{name}: {detail}" if detail else name
         self._write(f"=== {line}")
@@ -84,9 +89,7 @@ class BuildLog:
                 logged.append(line)
                 self._write(line)
                 if echo and _CONSOLE_WORTHY.match(line):
-                    self._console.print(
-                        f"[{self.elapsed:7.1f}s]   {line}", markup=False, highlight=False
-                    )
+                    self._show(f"  {line}")
         if omitted:
             self._write(f"({omitted} lines left out)")
         if process.returncode != 0:
