@@ -45,7 +45,7 @@ def _timed_build(store: ImageStore, lock: Path) -> tuple[float, ImageManifest]:
 @click.option("--cold", is_flag=True, help="Also build from nothing (takes ~10 minutes).")
 @click.option("--keep", is_flag=True, help="Keep the cold build's temporary store.")
 def main(lock_path: Path, cold: bool, keep: bool) -> None:
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     cached_store = ImageStore(default_store_root(), console)
     if cold:
         scratch = Path(tempfile.mkdtemp(prefix="bench-images-", dir=default_store_root().parent))

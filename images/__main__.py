@@ -31,7 +31,7 @@ def main() -> None:
 )
 def build(lock_path: Path, store: Path | None) -> None:
     """Build the image for LOCK's [guest] section, or return the cached one."""
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     try:
         image_store = ImageStore(store, console)
         manifest = image_store.build(load_lock(lock_path).guest)

@@ -52,7 +52,7 @@ def verified_manifest(entry: ImagePaths, expected_hash: str) -> ImageManifest:
 class ImageStore:
     def __init__(self, root: Path | None = None, console: Console | None = None) -> None:
         self.paths = StorePaths(root or default_store_root())
-        self.console = console or Console(stderr=True)
+        self.console = console or Console(stderr=True, soft_wrap=True)
 
     def entry(self, input_hash: str) -> ImagePaths:
         return self.paths.entry(input_hash)

@@ -355,3 +355,25 @@ def test_demo_image_is_built_or_found_and_verified(guest: Guest) -> None:
     assert info["format"] == "qcow2"
     assert info["virtual-size"] == guest.disk_gib * 1024**3
     assert {"openssh-server", "systemd", "linux-image-arm64", "podman"} <= set(manifest.packages)
+
+
+def test_cli_reports_a_bad_lock_in_one_line(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            "python",
+            "-m",
+            "images",
+            "build",
+            str(tmp_path / "missing.toml"),
+            "--store",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {tmp_path}/missing.toml: no such lock file"
+    ]
+    assert result.stdout == ""
