@@ -1,0 +1,160 @@
+"""The repository's own tasks (tasks/): each one, built and judged as Harbor would, without Podman.
+
+A task's environment is "built" by playing its Dockerfile (FROM, WORKDIR, COPY, RUN only) into a
+directory that stands in for the container's root; commands run there under ``chroot`` with the
+host's /usr and /etc bound read-only, much as the guest's base image is its own /usr and /etc.
+The answer is played the way the scripted provider plays it (the script's text as one bash
+call in the working directory), then tests/ is copied to /tests and /tests/test.sh runs; the
+reward is what it wrote to /logs/verifier/reward.txt.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from runner.lock import load_lock
+
+REPO = Path(__file__).resolve().parent.parent
+TASKS = REPO / "tasks"
+DEMO_LOCK = load_lock(REPO / "locks" / "demo.toml")
+TASK_IDS = DEMO_LOCK.tasks.ids
+
+# Bind the host's system read-only into the stand-in root, then run bash there with a clean
+# environment. unshare gives the binds their own mount namespace, so nothing leaks to the host.
+_ENTER_ROOT = """
+set -e
+root=$1 workdir=$2 command=$3
+for dir in usr etc; do
+  mount --bind "/$dir" "$root/$dir"
+  mount -o remount,bind,ro "$root/$dir"
+done
+mount --rbind /dev "$root/dev"
+mount --rbind /proc "$root/proc"
+exec chroot "$root" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root \
+  LANG=C.UTF-8 /bin/bash -c "mkdir -p \\"\\$1\\" && cd \\"\\$1\\" && eval \\"\\$2\\"" \
+  bash "$workdir" "$command"
+"""
+
+needs_chroot = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None,
+    reason="needs root and unshare to stand in for a container",
+)
+
+
+@dataclass
+class StandInContainer:
+    """A directory playing a task container's root, built from the task's Dockerfile."""
+
+    root: Path
+    workdir: str = "/"
+    log: list[str] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, root: Path) -> StandInContainer:
+        for name in ("usr", "etc", "dev", "proc", "root", "tmp", "logs/verifier", "logs/agent"):
+            (root / name).mkdir(parents=True)
+        (root / "tmp").chmod(0o1777)
+        for link in ("bin", "lib", "lib64", "sbin"):
+            (root / link).symlink_to(f"usr/{link}")
+        return cls(root)
+
+    def run(self, command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "--fork",
+             "sh", "-c", _ENTER_ROOT, "sh", str(self.root), self.workdir, command],
+            capture_output=True, text=True, timeout=timeout, check=False,
+        )
+        self.log.append(f"$ {command}\n{done.stdout}{done.stderr}")
+        return done
+
+    def copy_in(self, source: Path, target: str) -> None:
+        destination = self.root / target.lstrip("/")
+        if source.is_dir():
+            shutil.copytree(source, destination, dirs_exist_ok=True)
+        else:
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, destination)
+
+    def play_dockerfile(self, environment: Path) -> None:
+        for instruction, argument in dockerfile_instructions(environment / "Dockerfile"):
+            if instruction == "FROM":
+                assert argument in DEMO_LOCK.tasks.base_images, f"FROM {argument} is not mapped"
+            elif instruction == "WORKDIR":
+                self.workdir = argument
+                (self.root / argument.lstrip("/")).mkdir(parents=True, exist_ok=True)
+            elif instruction == "COPY":
+                source, target = argument.split()
+                self.copy_in(environment / source, target)
+            elif instruction == "RUN":
+                built = self.run(argument)
+                assert built.returncode == 0, "\n".join(self.log)
+            else:
+                raise AssertionError(f"{instruction}: not an instruction the base image allows")
+
+    def reward(self) -> str:
+        return (self.root / "logs/verifier/reward.txt").read_text().strip()
+
+
+def dockerfile_instructions(dockerfile: Path) -> list[tuple[str, str]]:
+    lines = [line.strip() for line in dockerfile.read_text().splitlines()]
+    instructions = [line.split(maxsplit=1) for line in lines if line and not line.startswith("#")]
+    return [(word.upper(), rest) for word, rest in instructions]
+
+
+def judge(task_id: str, answer: str | None, root: Path) -> tuple[str, str]:
+    """Build the task, play ``answer`` (a script in solution/, or nothing), return the reward."""
+    task = TASKS / task_id
+    container = StandInContainer.empty(root)
+    container.play_dockerfile(task / "environment")
+    if answer is not None:
+        container.run((task / "solution" / answer).read_text())
+    container.copy_in(task / "tests", "/tests")
+    container.run("chmod +x /tests/test.sh && /tests/test.sh > /logs/verifier/test-stdout.txt 2>&1")
+    stdout = (root / "logs/verifier/test-stdout.txt").read_text()
+    return container.reward(), "\n".join(container.log) + stdout
+
+
+@needs_chroot
+@pytest.mark.parametrize("task_id", TASK_IDS)
+@pytest.mark.parametrize(
+    ("answer", "reward"),
+    [("solve.sh", "1"), ("fail.sh", "0"), (None, "0")],
+    ids=["reference-solution", "scripted-failure", "no-answer"],
+)
+def test_verifier_rewards_only_the_reference_solution(
+    task_id: str, answer: str | None, reward: str, tmp_path: Path
+) -> None:
+    got, transcript = judge(task_id, answer, tmp_path / "root")
+    assert got == reward, transcript
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_task_has_harbor_layout(task_id: str) -> None:
+    task = TASKS / task_id
+    for name in ("task.toml", "instruction.md", "environment/Dockerfile", "tests/test.sh",
+                 "solution/solve.sh", "solution/fail.sh"):
+        assert (task / name).is_file(), f"{task_id}: missing {name}"
+    assert (task / "instruction.md").read_text().strip()
+    config = tomllib.loads((task / "task.toml").read_text())
+    assert config["verifier"]["timeout_sec"] > 0
+    assert os.access(task / "tests" / "test.sh", os.X_OK)
+
+
+def test_every_from_is_a_mapped_local_base_image() -> None:
+    froms = {
+        argument
+        for task_id in TASK_IDS
+        for instruction, argument in dockerfile_instructions(
+            TASKS / task_id / "environment" / "Dockerfile"
+        )
+        if instruction == "FROM"
+    }
+    assert froms == set(DEMO_LOCK.tasks.base_images)
+    assert all(ref.startswith("localhost/") for ref in DEMO_LOCK.tasks.base_images.values())
