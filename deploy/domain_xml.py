@@ -81,10 +81,13 @@ class DomainDefinition:
 def _netdev_arguments(spec: DomainSpec) -> tuple[str, ...]:
     # libvirt 9.0 has no passt backend: QEMU's own user netdev, restricted (no way out but the
     # two forwards), SSH on a host loopback port, the proxy reachable at one guest address.
+    # The guestfwd target is a chardev that QEMU connects at start: without reconnect= a proxy
+    # not listening yet makes the start fail ("Could not open guest forwarding device");
+    # ",," is QEMU's escaped comma inside the netdev option string.
     netdev = (
         "user,id=net0,restrict=on,"
         f"hostfwd=tcp:127.0.0.1:{spec.ssh_port}-:22,"
-        f"guestfwd=tcp:{GUEST_PROXY_ADDRESS}-tcp:127.0.0.1:{spec.proxy_port}"
+        f"guestfwd=tcp:{GUEST_PROXY_ADDRESS}-tcp:127.0.0.1:{spec.proxy_port},,reconnect=1"
     )
     # romfile= : no option ROM (QEMU would look for efi-virtio.rom); the explicit slot keeps
     # clear of the root port libvirt places itself.

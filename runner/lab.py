@@ -8,6 +8,8 @@ reach the guest with Paramiko and to tear the lab down.
 from __future__ import annotations
 
 import os
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -16,7 +18,7 @@ from pydantic import Field
 
 from runner.files import read_model
 from runner.lock import FrozenModel, Slug
-from runner.transport import GuestTransport
+from runner.transport import GuestError, GuestTransport
 
 DEFAULT_LAB = "default"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -128,11 +130,28 @@ def load_lab_state(paths: LabPaths) -> LabState:
     return read_model(paths.state, LabState)
 
 
+def _sshd_banner_seen(state: LabState) -> bool:
+    """Whether the guest's sshd greets on the forwarded port. QEMU accepts on the host port
+    before the guest listens; probing the banner first keeps Paramiko (which logs a traceback
+    per refused handshake) out of the boot wait."""
+    try:
+        with socket.create_connection((state.ssh_host, state.ssh_port), timeout=5) as probe:
+            probe.settimeout(5)
+            return probe.recv(4) == b"SSH-"
+    except OSError:
+        return False
+
+
 def guest_machine(state: LabState, wait_seconds: float = 0) -> str:
-    """The guest's ``uname -m`` over SSH, waiting up to ``wait_seconds`` for it to answer;
+    """The guest's ``uname -m`` over SSH, waiting up to ``wait_seconds`` for sshd to greet;
     ``GuestError`` when it does not."""
+    deadline = time.monotonic() + wait_seconds
+    while not _sshd_banner_seen(state):
+        if time.monotonic() >= deadline:
+            raise GuestError(f"guest sshd does not answer on {state.ssh_host}:{state.ssh_port}")
+        time.sleep(2)
     transport = GuestTransport(
         state.ssh_host, state.ssh_port, Path(state.private_key), state.ssh_user
     )
-    with transport.connect(wait_seconds) as guest:
+    with transport.connect(wait_seconds=30) as guest:
         return guest.check("uname -m", timeout=60).stdout.strip()
