@@ -31,6 +31,7 @@ TASK_IDS = DEMO_LOCK.tasks.ids
 _ENTER_ROOT = """
 set -e
 root=$1 workdir=$2 command=$3
+shift 3  # the rest: NAME=VALUE pairs for the command's environment
 for dir in usr etc; do
   mount --bind "/$dir" "$root/$dir"
   mount -o remount,bind,ro "$root/$dir"
@@ -38,7 +39,7 @@ done
 mount --rbind /dev "$root/dev"
 mount --rbind /proc "$root/proc"
 exec chroot "$root" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root \
-  LANG=C.UTF-8 /bin/bash -c "mkdir -p \\"\\$1\\" && cd \\"\\$1\\" && eval \\"\\$2\\"" \
+  LANG=C.UTF-8 "$@" /bin/bash -c "mkdir -p \\"\\$1\\" && cd \\"\\$1\\" && eval \\"\\$2\\"" \
   bash "$workdir" "$command"
 """
 
@@ -65,10 +66,13 @@ class StandInContainer:
             (root / link).symlink_to(f"usr/{link}")
         return cls(root)
 
-    def run(self, command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, command: str, environment: dict[str, str] | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        assignments = [f"{name}={value}" for name, value in (environment or {}).items()]
         done = subprocess.run(
             ["unshare", "--mount", "--propagation", "private", "--fork",
-             "sh", "-c", _ENTER_ROOT, "sh", str(self.root), self.workdir, command],
+             "sh", "-c", _ENTER_ROOT, "sh", str(self.root), self.workdir, command, *assignments],
             capture_output=True, text=True, timeout=timeout, check=False,
         )
         self.log.append(f"$ {command}\n{done.stdout}{done.stderr}")

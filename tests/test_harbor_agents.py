@@ -1,0 +1,232 @@
+"""Harbor agents for the harnesses: the scripts they run, Harbor loading them, and a whole cell.
+
+The last test plays a cell without Podman or Harbor's loop: the agent's own install, configure
+and run scripts in the stand-in container of test_tasks (real Pi on Node and OMP on Bun, from
+the host tool cache laid out as the guest's frozen artifacts), the harness talking to the proxy
+and the offline scripted provider playing the task's reference solution, then the verifier.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tarfile
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from runner.accounting import count_logical_attempts_in
+from runner.harbor_agents.plan import (
+    CONTAINER,
+    AgentPlan,
+    bearer_environment,
+    configure_script,
+    install_script,
+    run_script,
+)
+from runner.hosttools import host_harness
+from runner.lock import Harness, Lock, load_lock
+from runner.paths import RunPaths
+from runner.provider.script import reference_solution
+from runner.proxy import CredentialProxy
+from runner.proxy.harness import BEARER_ENV
+from tests.test_tasks import TASKS, StandInContainer, needs_chroot
+
+REPO = Path(__file__).resolve().parent.parent
+HARBOR_PYTHON = REPO / ".cache" / "harbor-venv" / "bin" / "python"
+SEED = load_lock(REPO / "locks" / "seed-54.toml")
+DEMO = load_lock(REPO / "locks" / "demo.toml")
+PROXY_URL = "http://host.containers.internal:8931/v1"
+
+
+def plan_for(lock: Lock, harness_id: str, model_id: str) -> AgentPlan:
+    harness = next(h for h in lock.harnesses if h.id == harness_id)
+    model = next(m for m in lock.models if m.id == model_id)
+    version = {"node": lock.tools.node, "bun": lock.tools.bun}[harness.runtime]
+    return AgentPlan(harness=harness, model=model, runtime_version=version,
+                     artifacts_dir="/bench/artifacts", proxy_base_url=PROXY_URL)
+
+
+# (lock, harness, model) -> runtime archive, harness tree, command, models file, extension dirs
+CASES = [
+    (SEED, "bare-pi", "glm", "runtimes/node-22.23.5.tgz", "harnesses/bare-pi", "pi",
+     "models.json", []),
+    (SEED, "openpi", "luna", "runtimes/node-22.23.5.tgz", "harnesses/openpi", "pi",
+     "models.json", ["openpi"]),
+    (SEED, "omp", "glm", "runtimes/bun-1.3.14.tgz", "harnesses/omp", "omp", "models.yml", []),
+    (DEMO, "omp", "scripted", "runtimes/bun-1.3.14.tgz", "harnesses/omp", "omp",
+     "models.yml", []),
+]
+
+
+@pytest.mark.parametrize(
+    ("lock", "harness_id", "model_id", "archive", "tree", "command", "models_file", "extensions"),
+    CASES,
+)
+def test_scripts_follow_the_lock(
+    lock: Lock, harness_id: str, model_id: str, archive: str, tree: str, command: str,
+    models_file: str, extensions: list[str],
+) -> None:
+    plan = plan_for(lock, harness_id, model_id)
+    runtime = plan.harness.runtime
+    install = install_script(plan)
+    assert f"tar -xzf /bench/artifacts/{archive} " in install
+    assert f"--strip-components=2 package/bin/{runtime}" in install
+    assert f"cp -R /bench/artifacts/{tree}/. /opt/bench/harness/" in install
+
+    configure = configure_script(plan)
+    assert f"> /opt/bench/agent/{models_file}" in configure
+    installs = [line for line in configure.splitlines() if " install " in line]
+    assert installs == [f"/opt/bench/harness/node_modules/.bin/{command} install "
+                        f"/opt/bench/harness/node_modules/{name}" for name in extensions]
+    models = json.loads(shlex.split(configure.splitlines()[-1 - len(installs)])[2])
+    provider = models["providers"][plan.model.provider]
+    assert provider["baseUrl"] == PROXY_URL
+    assert provider["apiKey"] == {"pi": f"${BEARER_ENV}", "omp": BEARER_ENV}[plan.harness.agent]
+    assert provider["models"][0]["id"] == plan.model.model
+
+    run = run_script(plan, "Fix it.")
+    assert f"/opt/bench/harness/node_modules/.bin/{command} --session-dir /logs/agent/sessions " \
+        f"--mode json -p --provider {plan.model.provider} --model {plan.model.model} " in run
+    assert run.endswith("< /dev/null > /logs/agent/events.jsonl 2> /logs/agent/harness-stderr.txt")
+    for script in (install, configure, run):
+        assert 'export PATH="/opt/bench/runtime/bin:/opt/bench/harness/node_modules/.bin:$PATH"' \
+            in script
+        assert "export PI_CODING_AGENT_DIR=/opt/bench/agent" in script
+
+
+def test_instruction_is_one_argument_whatever_it_holds() -> None:
+    instruction = "Don't run `rm -rf /`; echo \"$HOME\" $(id)\nsecond line"
+    plan = plan_for(DEMO, "bare-pi", "scripted")
+    run = run_script(plan, instruction)
+    words = shlex.split(run[run.index(f"{plan.command} --session-dir"):])
+    assert words[words.index("<") - 1] == instruction
+
+
+def test_the_bearer_is_only_in_the_run_environment() -> None:
+    plan = plan_for(SEED, "openpi", "glm")
+    bearer = "bench-bearer-" + os.urandom(8).hex()
+    assert bearer_environment(bearer) == {BEARER_ENV: bearer}
+    scripts = install_script(plan) + configure_script(plan) + run_script(plan, "go")
+    assert bearer not in scripts and "BEARER=" not in scripts
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"proxy_base_url": ""}, "proxy_base_url"),
+        ({"artifacts_dir": "relative/dir"}, "artifacts_dir"),
+        ({"runtime_version": "latest"}, "runtime_version"),
+        ({"harness": {"extensions": [{"source": "file:/x.tgz", "sha256": "sha256:" + "0" * 64}]}},
+         "only npm packages"),
+        ({"harness": {"id": "omp", "agent": "omp", "runtime": "bun",
+                      "extensions": [{"source": "npm:openpi@0.3.0"}]}}, "Pi harnesses only"),
+    ],
+)
+def test_plan_refuses_what_cannot_run_offline(change: dict[str, object], problem: str) -> None:
+    data = plan_for(SEED, "openpi", "glm").model_dump(mode="json")
+    for key, value in change.items():
+        data[key] = {**data[key], **value} if isinstance(value, dict) else value
+    with pytest.raises(ValidationError, match=problem):
+        AgentPlan.model_validate(data)
+
+
+_LOAD_WITH_HARBOR = """
+import json, sys
+from pathlib import Path
+from harbor.agents.factory import AgentFactory
+from harbor.models.trial.config import AgentConfig
+kwargs, logs = json.loads(sys.argv[1]), Path(sys.argv[2])
+for import_path, model_name in json.loads(sys.argv[3]):
+    try:
+        agent = AgentFactory.create_agent_from_config(
+            AgentConfig(import_path=import_path, model_name=model_name, kwargs=kwargs),
+            logs_dir=logs)
+    except ValueError as error:
+        print(json.dumps({"error": str(error).splitlines()[0]}))
+        continue
+    print(json.dumps({"name": agent.name(), "version": agent.version(),
+                      "import_path": agent.import_path(),
+                      "model": agent.to_agent_info().model_info.model_dump()}))
+"""
+
+
+@pytest.mark.skipif(not HARBOR_PYTHON.exists(), reason="no Harbor venv at .cache/harbor-venv")
+def test_harbor_loads_the_agents_by_import_path(tmp_path: Path) -> None:
+    lock = DEMO
+    harness = next(h for h in lock.harnesses if h.id == "bare-pi")
+    kwargs = {"harness": harness.model_dump(mode="json"),
+              "model": lock.models[0].model_dump(mode="json"),
+              "runtime_version": lock.tools.node, "proxy_base_url": PROXY_URL}
+    attempts = [
+        ["runner.harbor_agents.agents:PiAgent", "scripted/reference-solution"],
+        ["runner.harbor_agents.agents:PiAgent", "seal/glm-5.3"],
+        ["runner.harbor_agents.agents:OmpAgent", "scripted/reference-solution"],
+    ]
+    done = subprocess.run(
+        [str(HARBOR_PYTHON), "-c", _LOAD_WITH_HARBOR, json.dumps(kwargs), str(tmp_path),
+         json.dumps(attempts)],
+        capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert done.returncode == 0, done.stderr
+    loaded, wrong_model, wrong_agent = (json.loads(line) for line in done.stdout.splitlines())
+    assert loaded == {"name": "bench-pi", "version": "0.84.2",
+                      "import_path": "runner.harbor_agents.agents:PiAgent",
+                      "model": {"name": "reference-solution", "provider": "scripted"}}
+    assert "is not the lock's scripted/reference-solution" in wrong_model["error"]
+    assert "is not a omp harness" in wrong_agent["error"]
+
+
+def _frozen_artifacts(root: Path, harness: Harness, runtime_version: str) -> Path:
+    """The host's harness and runtime laid out as the guest's artifact directory."""
+    installed = host_harness(harness, runtime_version)
+    prefix = installed.command.parents[2]  # <prefix>/node_modules/.bin/<command>
+    shutil.copytree(prefix, root / "harnesses" / harness.id, symlinks=True, copy_function=os.link)
+    runtimes = root / "runtimes"
+    runtimes.mkdir()
+    archive_path = runtimes / f"{harness.runtime}-{runtime_version}.tgz"
+    with tarfile.open(archive_path, "w:gz", compresslevel=1) as archive:
+        archive.add(installed.runtime, f"package/bin/{harness.runtime}")
+    return root
+
+
+@needs_chroot
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the host tool cache is x86_64")
+@pytest.mark.parametrize("harness_id", ["bare-pi", "omp"])
+def test_a_cell_through_the_agent_scripts_earns_the_reward(
+    harness_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task = TASKS / "git-leak-recovery"
+    harness = next(h for h in DEMO.harnesses if h.id == harness_id)
+    runtime_version = {"node": DEMO.tools.node, "bun": DEMO.tools.bun}[harness.runtime]
+    key_model = DEMO.models[0]
+    monkeypatch.setenv(key_model.key_env, "sk-scripted-" + os.urandom(8).hex())
+    container = StandInContainer.empty(tmp_path / "root")
+    container.play_dockerfile(task / "environment")
+    _frozen_artifacts(container.root / "bench" / "artifacts", harness, runtime_version)
+
+    with CredentialProxy(RunPaths(tmp_path / "run")) as proxy:
+        plan = AgentPlan(harness=harness, model=key_model, runtime_version=runtime_version,
+                         artifacts_dir="/bench/artifacts", proxy_base_url=proxy.base_url)
+        bearer = proxy.open_cell("cell-1", key_model, datetime.now(UTC) + timedelta(minutes=5),
+                                 reference_solution(task))
+        for script, environment in ((install_script(plan), None), (configure_script(plan), None),
+                                    (run_script(plan, (task / "instruction.md").read_text()),
+                                     bearer_environment(bearer))):
+            done = container.run(script, environment, timeout=300)
+            assert done.returncode == 0, "\n".join(container.log)
+        counts = proxy.close_cell("cell-1")
+
+    events = container.root / CONTAINER.event_log.relative_to("/")
+    assert count_logical_attempts_in(events).logical_attempts == counts.physical_posts == 2
+    assert bearer not in "\n".join(container.log)
+    for kept in (container.root / "logs" / "agent").rglob("*"):
+        assert not kept.is_file() or bearer.encode() not in kept.read_bytes(), kept
+    container.copy_in(task / "tests", "/tests")
+    container.run("/tests/test.sh > /logs/verifier/test-stdout.txt 2>&1")
+    assert container.reward() == "1", (container.root / "logs/verifier/test-stdout.txt").read_text()
