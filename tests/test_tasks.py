@@ -162,3 +162,23 @@ def test_every_from_is_a_mapped_local_base_image() -> None:
     }
     assert froms == set(DEMO_LOCK.tasks.base_images)
     assert all(ref.startswith("localhost/") for ref in DEMO_LOCK.tasks.base_images.values())
+
+
+HARBOR_PYTHON = REPO / ".cache" / "harbor-venv" / "bin" / "python"
+
+
+@pytest.mark.skipif(not HARBOR_PYTHON.exists(), reason="no Harbor venv at .cache/harbor-venv")
+def test_harbor_reads_every_task_without_warnings() -> None:
+    read = (
+        "import sys\n"
+        "from harbor.models.task.task import Task\n"
+        "for path in sys.argv[1:]:\n"
+        "    task = Task(path)\n"
+        "    print(task.paths.discovered_test_path.name, task.paths.discovered_solve_path.name)\n"
+    )
+    done = subprocess.run(
+        [str(HARBOR_PYTHON), "-W", "error", "-c", read, *(str(TASKS / t) for t in TASK_IDS)],
+        capture_output=True, text=True, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["test.sh solve.sh"] * len(TASK_IDS)
