@@ -19,7 +19,7 @@ from runner.artifacts.platform import GuestPlatform
 from runner.artifacts.resolver import Resolved, Section, UnavailableArtifacts, resolve_lock
 from runner.artifacts.store import ArtifactStore
 from runner.artifacts.wheels import plan_wheels
-from runner.lock import Lock, load_lock
+from runner.lock import Harness, Lock, PinnedPackage, load_lock
 
 REPO = Path(__file__).resolve().parents[1]
 LOCKS = REPO / "locks"
@@ -47,12 +47,50 @@ def test_seed_54_fails_closed_naming_each_missing_pin(tmp_path: Path) -> None:
     assert not (tmp_path / "artifacts" / "sha256").exists()  # nothing fetched
 
 
+def _with_harnesses(lock: Lock, *harnesses: Harness) -> Lock:
+    return lock.model_copy(update={"harnesses": harnesses})
+
+
 def test_omp_without_its_arm64_natives_fails_closed(tmp_path: Path) -> None:
+    omp = Harness(
+        id="omp",
+        label="OMP",
+        agent="omp",
+        runtime="bun",
+        package=PinnedPackage(source="npm:@oh-my-pi/pi-coding-agent@17.2.15"),
+    )
     with pytest.raises(UnavailableArtifacts) as failure:
-        _resolve(load_lock(LOCKS / "demo.toml"), tmp_path, "harnesses")
+        _resolve(_with_harnesses(load_lock(LOCKS / "demo.toml"), omp), tmp_path, "harnesses")
     assert failure.value.lines == [
         "npm:@oh-my-pi/pi-natives-linux-arm64@17.2.15: not on the npm registry "
         "(@oh-my-pi/pi-natives@17.2.15 needs it on linux-arm64; npm skipped it silently)"
+    ]
+
+
+def test_pi_package_from_its_pinned_tarball_joins_the_harness_tree(tmp_path: Path) -> None:
+    lock = load_lock(LOCKS / "demo.toml")
+    demo = next(harness for harness in lock.harnesses if harness.id == "pi-demo")
+    resolved = _resolve(_with_harnesses(lock, demo), tmp_path, "harnesses")
+    tarball = next(a for a in resolved.resolution.artifacts if a.name == "pi-bench-demo")
+    assert (tarball.kind, tarball.version, tarball.harnesses) == ("npm", "0.1.0", ("pi-demo",))
+    assert tarball.sha256 == demo.extensions[0].sha256
+    assert ArtifactStore(CachePaths(tmp_path)).has(tarball.sha256)
+    (tree,) = resolved.resolution.harness_trees
+    assert tree.sources == (demo.package.source, demo.extensions[0].source)
+
+
+def test_pi_package_tarball_with_another_digest_fails_closed(tmp_path: Path) -> None:
+    lock = load_lock(LOCKS / "demo.toml")
+    demo = next(harness for harness in lock.harnesses if harness.id == "pi-demo")
+    wrong = "sha256:" + "0" * 64
+    tampered = demo.model_copy(
+        update={"extensions": (demo.extensions[0].model_copy(update={"sha256": wrong}),)}
+    )
+    with pytest.raises(UnavailableArtifacts) as failure:
+        _resolve(_with_harnesses(lock, tampered), tmp_path, "harnesses")
+    assert failure.value.lines == [
+        f"{demo.extensions[0].source}: its sha256 is {demo.extensions[0].sha256}, "
+        f"the lock says {wrong}"
     ]
 
 
