@@ -35,12 +35,13 @@ from runner.paths import RunPaths
 from runner.provider.script import reference_solution
 from runner.proxy import CredentialProxy
 from runner.proxy.harness import BEARER_ENV
+from tests.host_harnesses import with_host_omp
 from tests.test_tasks import TASKS, StandInContainer, needs_chroot
 
 REPO = Path(__file__).resolve().parent.parent
 HARBOR_PYTHON = REPO / ".cache" / "harbor-venv" / "bin" / "python"
 SEED = load_lock(REPO / "locks" / "seed-54.toml")
-DEMO = load_lock(REPO / "locks" / "demo.toml")
+DEMO = with_host_omp(load_lock(REPO / "locks" / "demo.toml"))
 PROXY_URL = "http://host.containers.internal:8931/v1"
 
 

@@ -33,6 +33,7 @@ from runner.proxy.harness import (
     models_file_name,
 )
 from runner.scan import new_canary, scan_run
+from tests.host_harnesses import HOST_HARNESSES
 
 REPO = Path(__file__).resolve().parent.parent
 KEY_ENV = "PI_HOST_TEST_PROVIDER_KEY"
@@ -55,7 +56,7 @@ def _registry_unreachable() -> bool:
 
 def _installed(agent: Agent) -> HostHarness:
     lock = load_lock(REPO / "locks" / "demo.toml")
-    harness = next(harness for harness in lock.harnesses if harness.agent == agent)
+    harness = HOST_HARNESSES[agent]
     runtime = {"node": lock.tools.node, "bun": lock.tools.bun}[harness.runtime]
     try:
         return host_harness(harness, runtime)
