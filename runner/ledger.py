@@ -49,6 +49,9 @@ class LedgerLine(FrozenModel):
     logical_attempts: int = Field(ge=0)
     unattributed_provider_post_requests: int = Field(ge=0, alias="unattributedProviderPostRequests")
     artifacts: tuple[Artifact, ...] = ()
+    # Seconds per phase of the cell (reset, bearer, harbor, copy_back, ..., agent, verifier):
+    # what lies outside the agent and the verifier is the runner's overhead.
+    phase_seconds: dict[str, float] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _surplus_matches_counts(self) -> LedgerLine:

@@ -82,6 +82,16 @@ def wrong_answer(task_dir: Path) -> ProviderScript:
     )
 
 
+def stalled(task_dir: Path) -> ProviderScript:
+    """A provider that never answers the first request: the cell can only end at its deadline."""
+    return ProviderScript(
+        name=f"stalled:{task_dir.name}",
+        turns=(Turn(text="Never sent.", tool_calls=(_bash("true"),)),),
+        final_text="Never sent.",
+        faults=(Fault(post=1, kind="stall", seconds=3600),),
+    )
+
+
 def _bash(command: str) -> ToolCall:
     return ToolCall(tool="bash", arguments={"command": command})
 
@@ -90,6 +100,7 @@ def _bash(command: str) -> ToolCall:
 SCRIPTS_BY_MODEL = {
     "reference-solution": reference_solution,
     "wrong-answer": wrong_answer,
+    "stalled": stalled,
 }
 
 
