@@ -7,6 +7,7 @@ Each test uses its own cache directory; the tools test downloads Node and Bun fo
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -77,6 +78,11 @@ def test_pi_package_from_its_pinned_tarball_joins_the_harness_tree(tmp_path: Pat
     assert ArtifactStore(CachePaths(tmp_path)).has(tarball.sha256)
     (tree,) = resolved.resolution.harness_trees
     assert tree.sources == (demo.package.source, demo.extensions[0].source)
+    # Recorded relative to the tree, so the frozen lockfile is the same on every checkout.
+    lockfile = json.loads(ArtifactStore(CachePaths(tmp_path)).blob(tree.lockfile).read_bytes())
+    assert lockfile["packages"]["node_modules/pi-bench-demo"]["resolved"] == (
+        "file:tarballs/pi-bench-demo-0.1.0.tgz"
+    )
 
 
 def test_pi_package_tarball_with_another_digest_fails_closed(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ after npm the tree is checked: every optional package named for the guest must b
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -30,7 +31,9 @@ from runner.resolution import ArtifactKind
 
 # The abbreviated document npm itself asks for: versions with dist and dependencies only.
 _PACKUMENT = "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8"
-_NODE_MINIMUM = (22, 19)  # Pi 0.84 refuses older Node (seen: "needs Node >= 22.19")
+_NODE_MINIMUM = (22, 19)
+# Where a tree's pinned tarballs sit, relative to the tree's directory (see ``tarball_spec``).
+TARBALLS_DIR = "tarballs"  # Pi 0.84 refuses older Node (seen: "needs Node >= 22.19")
 
 
 @dataclass(frozen=True)
@@ -118,17 +121,20 @@ async def plan_tree(
 ) -> Plan:
     """The tree's packages for the guest; its pins were checked by ``tree_pin_problems``."""
     plan = Plan()
-    specs = [_install_spec(package, lock_dir) for package in tree.packages]
+    specs = [_install_spec(package) for package in tree.packages]
+    pinned = [package for package in tree.packages if package.source.startswith("file:")]
     tarballs = {
-        (lock_dir / package.source.removeprefix("file:")).resolve(): Wanted(
+        tarball_spec(package): Wanted(
             package.source,
             Path(package.source.removeprefix("file:")).name,
             sha256=package.sha256,
         )
-        for package in tree.packages
-        if package.source.startswith("file:")
+        for package in pinned
     }
-    lockfile_bytes, workdir = await _npm_lockfile(specs, platform, tree.harness or "tools")
+    tarball_files = {
+        tarball_spec(package): lock_dir / package.source.removeprefix("file:") for package in pinned
+    }
+    lockfile_bytes = await _npm_lockfile(specs, tarball_files, platform, tree.harness or "tools")
     lockfile = json.loads(lockfile_bytes)
     for parent, missing, spec in missing_platform_packages(lockfile, platform):
         problem = await _platform_package_problem(registry, missing, spec)
@@ -136,7 +142,7 @@ async def plan_tree(
             f"npm:{missing}@{spec}: {problem} ({parent} needs it on "
             f"{platform.npm_os}-{platform.npm_cpu}; npm skipped it silently)"
         )
-    plan.planned.extend(_planned_packages(lockfile, tree.harness, platform, workdir, tarballs))
+    plan.planned.extend(_planned_packages(lockfile, tree.harness, platform, tarballs))
     if tree.harness is not None:
         sources = tuple(package.source for package in tree.packages)
         plan.trees.append(PlannedTree(tree.harness, sources, lockfile_bytes))
@@ -161,21 +167,31 @@ async def _pin_problem(
     return None
 
 
-def _install_spec(package: PinnedPackage, lock_dir: Path) -> str:
+def tarball_spec(package: PinnedPackage) -> str:
+    """npm's spec for a pinned tarball, relative to the tree's directory, so the frozen lockfile
+    names it the same on every machine (``file:tarballs/<file name>``)."""
+    return f"file:{TARBALLS_DIR}/{Path(package.source.removeprefix('file:')).name}"
+
+
+def _install_spec(package: PinnedPackage) -> str:
     if package.npm_name is not None:
         return f"{package.npm_name}@{package.version}"
     if package.source.startswith("file:"):
-        return str((lock_dir / package.source.removeprefix("file:")).resolve())
+        return tarball_spec(package)
     return package.source
 
 
 async def _npm_lockfile(
-    specs: list[str], platform: GuestPlatform, label: str
-) -> tuple[bytes, Path]:
-    """npm's lockfile, and the directory its relative ``file:`` paths started from."""
+    specs: list[str], tarballs: dict[str, Path], platform: GuestPlatform, label: str
+) -> bytes:
+    """npm's lockfile for ``specs``; ``tarballs`` are copied to where their specs point."""
     with tempfile.TemporaryDirectory(prefix=f"npm-tree-{label}-") as workdir:
         directory = Path(workdir)
         (directory / "package.json").write_text(json.dumps({"name": label, "private": True}))
+        for spec, source in tarballs.items():
+            target = directory / spec.removeprefix("file:")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
         await run_tool(
             [
                 "npm", "install", "--package-lock-only", "--save-exact", "--ignore-scripts",
@@ -186,7 +202,7 @@ async def _npm_lockfile(
             f"npm tree of {label}",
             cwd=directory,
         )  # fmt: skip
-        return (directory / "package-lock.json").read_bytes(), directory
+        return (directory / "package-lock.json").read_bytes()
 
 
 def _entries(lockfile: dict[str, Any]) -> Iterable[tuple[str, dict[str, Any]]]:
@@ -251,15 +267,14 @@ def _planned_packages(
     lockfile: dict[str, Any],
     harness: str | None,
     platform: GuestPlatform,
-    workdir: Path,
-    tarballs: dict[Path, Wanted],
+    tarballs: dict[str, Wanted],
 ) -> Iterable[Planned]:
     harnesses = (harness,) if harness is not None else ()
     for name, entry in packages_for_guest(lockfile, platform):
         resolved: str = entry["resolved"]
         if resolved.startswith("file:"):
             # A tarball pinned in the lock: already in the store, named by the lock's source.
-            wanted = tarballs[(workdir / resolved.removeprefix("file:")).resolve()]
+            wanted = tarballs[resolved]
         else:
             wanted = Wanted(resolved, resolved.rsplit("/", 1)[-1], integrity=entry["integrity"])
         yield Planned(_kind(name, platform), name, entry["version"], wanted, harnesses)
