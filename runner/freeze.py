@@ -1,8 +1,9 @@
 """``runner freeze``: record the guest's state as a FreezeManifest, then save it to reset to.
 
 The state is collected by ONE exec in the guest (runner/guest/collect_state.py on the guest's
-python3, printing JSON); the frozen state is saved after the collection, with no command of
-ours running in the guest in between, so the manifest describes exactly what a reset returns to.
+python3, printing JSON). Then the guest's free memory is zeroed (a smaller memory image, see
+runner/guest/zero_free_memory.py) and the running guest is saved; nothing else of ours runs in
+the guest in between, so the manifest describes exactly what a reset returns to.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from runner.snapshot import SavedState, save_frozen_state
 from runner.transport import GuestTransport
 
 COLLECT_SCRIPT = "guest/collect_state.py"
+ZERO_MEMORY_SCRIPT = "guest/zero_free_memory.py"
 # Hashing the trees under TCG is the slow part (measured: see bench/verify_reset.py).
 COLLECT_TIMEOUT_SECONDS = 900.0
 GUEST_WAIT_SECONDS = 60.0
@@ -60,6 +62,15 @@ def collect(guest: GuestTransport, scope: FreezeScope) -> tuple[Collected, float
         raise RunnerError(detail) from None
 
 
+def zero_free_memory(guest: GuestTransport) -> None:
+    """Drop the guest's page cache and zero its free memory: a smaller image, a faster reset."""
+    script = resources.files("runner").joinpath(ZERO_MEMORY_SCRIPT).read_bytes()
+    result = guest.exec("python3 -", stdin=script, timeout=COLLECT_TIMEOUT_SECONDS)
+    if not result.ok:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RunnerError(f"zeroing the guest's free memory failed ({result.exit_code}): {last}")
+
+
 def lock_fingerprint_for(lab: LabState, lock_path: Path | None) -> str:
     """The lab's lock fingerprint; a lock given on the command line must be the lab's."""
     if lock_path is None:
@@ -78,6 +89,7 @@ def freeze_lab(lab_name: str, scope: FreezeScope, lock_path: Path | None = None)
     fingerprint = lock_fingerprint_for(lab, lock_path)
     with guest_transport(lab).connect(GUEST_WAIT_SECONDS) as guest:
         collected, seconds = collect(guest, scope)
+        zero_free_memory(guest)
     manifest = FreezeManifest(
         lab=lab.lab,
         lock_fingerprint=fingerprint,

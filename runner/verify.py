@@ -60,6 +60,7 @@ def ssh_host_vars(lab: LabState) -> dict[str, Any]:
         "ansible_user": lab.ssh_user,
         "ansible_ssh_private_key_file": lab.private_key,
         "ansible_python_interpreter": "/usr/bin/python3",
+        "ansible_ssh_use_tty": False,  # raw tasks: clean stdout (no CR), no login tty
         "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
         "-o IdentitiesOnly=yes -o ConnectTimeout=30",
     }
@@ -126,7 +127,7 @@ def judge(
                 for item in said["drifts"]
             )
         elif kind == "runner_item_on_ok" and task == TREE_LISTING_TASK:
-            listings[str(result["item"]["item"])] = str(result.get("stdout", ""))
+            listings[str(result["item"])] = str(result.get("stdout", ""))
         elif kind == "runner_on_unreachable" or (
             kind == "runner_on_failed" and not data.get("ignore_errors")
         ):

@@ -1,14 +1,15 @@
-"""The audit playbook, generated from a freeze manifest: observe the guest, assert per item.
+"""The audit playbook, generated from a freeze manifest: observe the guest, assert per category.
 
-Every probe observes one kind of state with its own tool (``dpkg-query``, ``stat`` with sha256,
-coreutils ``sha256sum`` over a tree listing, ``pip freeze``, ``podman images``, ``ss``), turns
-what it saw into a map ``key -> value`` shaped like the manifest's expectation, and one
-``assert`` per key of either map says whether they agree. The playbook runs in check mode: the
-read-only observations opt out of it (``check_mode: false``, ``changed_when: false``).
+Every probe observes one kind of state with the guest's own tools (``dpkg-query``, coreutils
+``sha256sum``/``readlink`` over the pinned files and tree listings, ``pip freeze``, ``podman
+images``, ``ss``) and turns what it saw into a map ``key -> value`` shaped like the manifest's
+expectation; one ``assert`` per category compares every key either map has.
 
-An assert's failure message is JSON ``{"expected": ..., "found": ...}``; runner/verify.py reads
-it back from the job events. A tree that drifted is listed again, file by file, as evidence for
-a per-file diff.
+Observations are ``raw`` tasks: one SSH exec each, no Python module. Under TCG a Python module
+(``stat``, ``command``) costs 7-16 s of interpreter start per call in the guest, a ``raw``
+call well under one. The playbook runs in check mode; the read-only observations opt out of
+it (``check_mode: false``, ``changed_when: false``). A tree that drifted is listed again, file
+by file, as evidence for a per-file diff.
 """
 
 from __future__ import annotations
@@ -22,90 +23,81 @@ from typing import Any
 from runner.freeze_manifest import FreezeManifest, FreezeScope
 
 ABSENT = "absent"
+NOT_FROZEN = "present, not frozen"
+LISTENING = "listening"
 CHECK_TASK_PREFIX = "check "
 TREE_LISTING_TASK = "list drifted trees"
 HOST_GROUP = "guest"
-
-_OBSERVE = {"changed_when": False, "check_mode": False}
+# A real TAB inside Jinja string literals (Ansible escapes backslashes in templates).
+TAB = "\t"
 
 
 @dataclass(frozen=True)
 class Probe:
-    """One kind of state: how to observe it and what the manifest expects of it."""
+    """One kind of state: the guest command that observes it, the Jinja expression that turns
+    the command's registered result ``<category>_seen`` into a map, and the manifest's map."""
 
     category: str
-    observe: Callable[[FreezeManifest], list[dict[str, Any]]]
-    observed: str  # Jinja expression giving the observed map from the registered results
+    command: Callable[[FreezeManifest], str]
+    observed: str
     expected: Callable[[FreezeManifest], dict[str, str]]
 
+    @property
+    def register(self) -> str:
+        return f"{self.category}_seen"
 
-def _kernel_tasks(_manifest: FreezeManifest) -> list[dict[str, Any]]:
-    return [{"name": "observe kernel", "ansible.builtin.command": "uname -r",
-             "register": "kernel", **_OBSERVE}]
+    def observe_task(self, manifest: FreezeManifest) -> dict[str, Any]:
+        return _raw(f"observe {self.category}", self.command(manifest), self.register)
 
 
-# dpkg's own view, one "name=version" line per known package ('=' is in neither); the version
-# carries the
+def _raw(name: str, command: str, register: str | None = None) -> dict[str, Any]:
+    task: dict[str, Any] = {
+        "name": name,
+        "ansible.builtin.raw": f"set -o pipefail; {command}",
+        "args": {"executable": "/bin/bash"},
+        "changed_when": False,
+        "check_mode": False,
+    }
+    if register:
+        task["register"] = register
+    return task
+
+
+def _lines_to_map(register: str) -> str:
+    """``key<TAB>value`` lines to a map."""
+    return f"{{{{ dict({register}.stdout_lines | map('split', '{TAB}')) }}}}"
+
+
+# dpkg's own view, one "name<TAB>version" line per package it knows; the version carries the
 # status when it is not "ii" (e.g. "1.2-3 [rc]" after a remove that kept the config files).
 _DPKG_QUERY = (
     "dpkg-query -W -f '${db:Status-Abbrev}\\t${binary:Package}\\t${Version}\\n'"
     " | awk -F '\\t' '{ s = $1; gsub(/ /, \"\", s); if (s ~ /^u/) next;"
-    " print $2 \"=\" $3 (s == \"ii\" ? \"\" : \" [\" s \"]\") }'"
+    " print $2 \"\\t\" $3 (s == \"ii\" ? \"\" : \" [\" s \"]\") }'"
 )
 
 
-def _dpkg_tasks(_manifest: FreezeManifest) -> list[dict[str, Any]]:
-    return [{"name": "observe dpkg packages", "ansible.builtin.shell": _DPKG_QUERY,
-             "register": "dpkg", **_OBSERVE}]
-
-
-def _glob_command(patterns: tuple[str, ...]) -> str:
-    # Unquoted on purpose: bash expands each pattern (nullglob: no match, no word).
+def _files_command(manifest: FreezeManifest) -> str:
+    """``path<TAB>entry`` for every frozen file and every current match of the patterns (a
+    match that is a directory is not a file of the freeze)."""
+    frozen = " ".join(shlex.quote(path) for path in sorted(manifest.state.files))
+    listed = f"printf '%s\\n' {frozen}; " if frozen else ""
+    # The patterns stay unquoted: bash expands them (nullglob: no match, no word).
+    patterns = " ".join(manifest.scope.files)
     return (
-        "shopt -s nullglob; for p in " + " ".join(patterns) + "; do "
-        '[ -d "$p" ] && [ ! -L "$p" ] && continue; printf \'%s\\n\' "$p"; done'
+        f"shopt -s nullglob; {{ {listed}for p in {patterns}; do "
+        '[ -d "$p" ] && [ ! -L "$p" ] || printf \'%s\\n\' "$p"; done; } | LC_ALL=C sort -u'
+        ' | while IFS= read -r p; do'
+        ' if [ -L "$p" ]; then printf \'%s\\tsymlink:%s\\n\' "$p" "$(readlink "$p")";'
+        ' elif [ -f "$p" ]; then'
+        ' printf \'%s\\tsha256:%s\\n\' "$p" "$(sha256sum < "$p" | cut -c1-64)";'
+        ' elif [ -e "$p" ]; then printf \'%s\\tnot a regular file\\n\' "$p";'
+        f' else printf \'%s\\t{ABSENT}\\n\' "$p"; fi; done'
     )
 
 
-def _file_tasks(manifest: FreezeManifest) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": "observe pinned files",
-            "ansible.builtin.stat": {
-                "path": "{{ item }}",
-                "follow": False,
-                "get_checksum": True,
-                "checksum_algorithm": "sha256",
-                "get_mime": False,
-                "get_attributes": False,
-            },
-            "loop": sorted(manifest.state.files),
-            "register": "pinned",
-        },
-        {
-            "name": "observe what the pinned file patterns match now",
-            "ansible.builtin.shell": _glob_command(manifest.scope.files),
-            "args": {"executable": "/bin/bash"},
-            "register": "globbed",
-            **_OBSERVE,
-        },
-    ]
-
-
-_FILES_OBSERVED = (
-    "{%- set out = {} -%}"
-    "{%- for path in globbed.stdout_lines -%}"
-    "{%- set _ = out.update({path: 'present, not frozen'}) -%}{%- endfor -%}"
-    "{%- for r in pinned.results | default([]) -%}{%- set s = r.stat -%}"
-    "{%- set _ = out.update({r.item: ('symlink:' ~ s.lnk_target) if s.exists and s.islnk"
-    " else ('sha256:' ~ s.checksum) if s.exists and s.isreg"
-    " else ('not a regular file' if s.exists else 'absent')}) -%}"
-    "{%- endfor -%}{{ out }}"
-)
-
-
 def tree_listing_command(root: str, scope: FreezeScope) -> str:
-    """The listing of one tree as coreutils see it (same format as freeze_manifest's)."""
+    """The listing of one tree as coreutils see it (the format of freeze_manifest's)."""
     excluded = " -o ".join(f"-name {shlex.quote(pattern)}" for pattern in scope.tree_excludes)
     prune = f"\\( {excluded} \\) -prune -o " if excluded else ""
     quoted = shlex.quote(root)
@@ -117,82 +109,35 @@ def tree_listing_command(root: str, scope: FreezeScope) -> str:
     )
 
 
-def _tree_tasks(manifest: FreezeManifest) -> list[dict[str, Any]]:
-    commands = {root: tree_listing_command(root, manifest.scope) for root in manifest.scope.trees}
-    return [
-        {
-            "name": "observe tree digests",
-            "ansible.builtin.shell": "set -o pipefail; {{ commands[item] }}"
-            " | sha256sum | cut -c1-64",
-            "args": {"executable": "/bin/bash"},
-            "vars": {"commands": commands},
-            "loop": list(manifest.scope.trees),
-            "register": "trees",
-            **_OBSERVE,
-        },
-        {
-            "name": TREE_LISTING_TASK,
-            "ansible.builtin.shell": "{{ commands[item.item] }}",
-            "args": {"executable": "/bin/bash"},
-            "vars": {"commands": commands},
-            "loop": "{{ trees.results }}",
-            "loop_control": {"label": "{{ item.item }}"},
-            "when": "('sha256:' ~ item.stdout) != expected.tree.get(item.item)",
-            **_OBSERVE,
-        },
-    ]
+def _trees_command(manifest: FreezeManifest) -> str:
+    return "; ".join(
+        f"printf '%s\\tsha256:%s\\n' {shlex.quote(root)} "
+        f'"$({tree_listing_command(root, manifest.scope)} | sha256sum | cut -c1-64)"'
+        for root in manifest.scope.trees
+    )
 
 
-_TREES_OBSERVED = (
-    "{%- set out = {} -%}"
-    "{%- for r in trees.results -%}{%- set _ = out.update({r.item: 'sha256:' ~ r.stdout}) -%}"
-    "{%- endfor -%}{{ out }}"
-)
-
-
-def _venv_tasks(manifest: FreezeManifest) -> list[dict[str, Any]]:
-    return [{
-        "name": "observe python environments",
-        "ansible.builtin.command": "{{ item }}/bin/python -m pip freeze --all "
-        "--disable-pip-version-check",
-        "loop": sorted(manifest.state.venvs),
-        "register": "venvs",
-        "failed_when": False,
-        **_OBSERVE,
-    }]
-
-
-_VENVS_OBSERVED = (
-    "{%- set out = {} -%}"
-    "{%- for r in venvs.results | default([]) -%}"
-    "{%- for line in r.stdout_lines | reject('match', '#') -%}"
-    "{%- set _ = out.update({r.item ~ ':' ~ (line | regex_search('^[^=@ ]+')): line})"
-    " -%}{%- endfor -%}{%- endfor -%}{{ out }}"
-)
+def _venvs_command(manifest: FreezeManifest) -> str:
+    """``<venv>:<distribution><TAB><pip freeze line>`` for each frozen environment."""
+    return "true; " + "".join(
+        f"{shlex.quote(venv)}/bin/python -m pip freeze --all --disable-pip-version-check"
+        f" 2>/dev/null | grep -v '^#' | sed -E 's|^([^=@ ]+).*$|{venv}:\\1\\t&|' || true; "
+        for venv in sorted(manifest.state.venvs)
+    )
 
 
 _DIST_NAME = re.compile(r"^[^=@ ]+")
 
 
 def venv_key(venv: str, line: str) -> str:
-    """``<venv>:<distribution>`` (the name is what the audit's regex_replace keeps)."""
+    """``<venv>:<distribution>`` (what the audit's sed keeps of a ``pip freeze`` line)."""
     match = _DIST_NAME.match(line)
     return f"{venv}:{match[0] if match else line}"
 
 
-def _image_tasks(_manifest: FreezeManifest) -> list[dict[str, Any]]:
-    return [{
-        "name": "observe podman images",
-        "ansible.builtin.shell": "if command -v podman >/dev/null; "
-        "then podman images --digests --format json; else echo '[]'; fi",
-        "register": "podman",
-        **_OBSERVE,
-    }]
-
-
 _IMAGES_OBSERVED = (
     "{%- set out = {} -%}"
-    "{%- for i in podman.stdout | from_json -%}"
+    "{%- for i in podman_seen.stdout | from_json -%}"
     "{%- set _ = out.update({i.Id: 'digest=' ~ (i.Digest or '') ~ ' names='"
     " ~ ((i.Names or []) | sort | join(','))}) -%}"
     "{%- endfor -%}{{ out }}"
@@ -203,46 +148,53 @@ def image_value(digest: str, names: tuple[str, ...]) -> str:
     return f"digest={digest} names={','.join(sorted(names))}"
 
 
-# Listening TCP and UDP ports outside the ephemeral range, as "tcp/22".
+# Listening TCP and UDP ports outside the ephemeral range, as "tcp/22<TAB>listening". (awk
+# reads the range itself: dash's `read` takes one byte of a /proc file.)
 _SS_LISTENING = (
     "ss -Hltnu | awk 'NR == FNR { low = $1 + 0; high = $2 + 0; next }"
-    " { n = split($5, a, \":\"); p = a[n] + 0; if (p < low || p > high) print $1 \"/\" p }'"
+    " { n = split($5, a, \":\"); p = a[n] + 0;"
+    f" if (p < low || p > high) print $1 \"/\" p \"\\t{LISTENING}\" }}'"
     " /proc/sys/net/ipv4/ip_local_port_range - | LC_ALL=C sort -u"
 )
 
-
-def _socket_tasks(_manifest: FreezeManifest) -> list[dict[str, Any]]:
-    return [{"name": "observe listening sockets", "ansible.builtin.shell": _SS_LISTENING,
-             "register": "sockets", **_OBSERVE}]
-
-
-LISTENING = "listening"
-
 PROBES: tuple[Probe, ...] = (
-    Probe("kernel", _kernel_tasks, "{{ {'release': kernel.stdout} }}",
-          lambda m: {"release": m.state.kernel}),
-    Probe("dpkg", _dpkg_tasks, "{{ dict(dpkg.stdout_lines | map('split', '=')) }}",
+    Probe("kernel", lambda m: "printf 'release\\t%s\\n' \"$(uname -r)\"",
+          _lines_to_map("kernel_seen"), lambda m: {"release": m.state.kernel}),
+    Probe("dpkg", lambda m: _DPKG_QUERY, _lines_to_map("dpkg_seen"),
           lambda m: dict(m.state.packages)),
-    Probe("file", _file_tasks, _FILES_OBSERVED, lambda m: dict(m.state.files)),
-    Probe("tree", _tree_tasks, _TREES_OBSERVED,
+    Probe("file", _files_command, _lines_to_map("file_seen"),
+          lambda m: dict(m.state.files)),
+    Probe("tree", _trees_command, _lines_to_map("tree_seen"),
           lambda m: {root: tree.listing_sha256 for root, tree in m.state.trees.items()}),
-    Probe("venv", _venv_tasks, _VENVS_OBSERVED,
+    Probe("venv", _venvs_command, _lines_to_map("venv_seen"),
           lambda m: {venv_key(venv, line): line
                      for venv, lines in m.state.venvs.items()
                      for line in lines if not line.startswith("#")}),
-    Probe("podman", _image_tasks, _IMAGES_OBSERVED,
+    Probe("podman", lambda m: "if command -v podman >/dev/null; "
+          "then podman images --digests --format json; else echo '[]'; fi",
+          _IMAGES_OBSERVED,
           lambda m: {image.id: image_value(image.digest, image.names)
                      for image in m.state.images}),
-    Probe("listen", _socket_tasks, "{{ dict(sockets.stdout_lines | zip_longest([], fillvalue='"
-          + LISTENING + "')) }}",
+    Probe("listen", lambda m: _SS_LISTENING, _lines_to_map("listen_seen"),
           lambda m: {socket.label: LISTENING for socket in m.state.listening}),
 )
 
 
+def _tree_listing_task(manifest: FreezeManifest) -> dict[str, Any]:
+    commands = {root: tree_listing_command(root, manifest.scope) for root in manifest.scope.trees}
+    task = _raw(TREE_LISTING_TASK, "{{ commands[item] }}")
+    task.update({
+        "vars": {"commands": commands},
+        "loop": list(manifest.scope.trees),
+        "when": "observed.tree.get(item) != expected.tree.get(item)",
+    })
+    return task
+
+
 def _check_task(probe: Probe) -> dict[str, Any]:
-    """One assert per category over every key either map has; its message (on success too)
-    is JSON ``{"checked": [keys], "drifts": [{"item", "expected", "found"}]}``. One task rather
-    than a loop: a loop item costs ~17 ms of Ansible's time, and dpkg alone has ~400 keys."""
+    """One assert over every key either map has; its message (on success too) is JSON
+    ``{"checked": [keys], "drifts": [{"item", "expected", "found"}]}``. One task rather than
+    a loop: a loop item costs ~17 ms of Ansible's time, and dpkg alone has hundreds of keys."""
     expected, observed = f"expected[{probe.category!r}]", f"observed[{probe.category!r}]"
     drifts = (
         "{%- set out = [] -%}{%- for key in check_keys -%}"
@@ -268,9 +220,8 @@ def _check_task(probe: Probe) -> dict[str, Any]:
 
 
 def build_playbook(manifest: FreezeManifest) -> list[dict[str, Any]]:
-    """One play against the guest: observe everything, gather the maps, assert per item."""
-    expected = {probe.category: probe.expected(manifest) for probe in PROBES}
-    observe = [task for probe in PROBES for task in probe.observe(manifest)]
+    """One play against the guest: observe everything, gather the maps, list drifted trees,
+    assert per category."""
     gather = {
         "name": "gather what was observed",
         "ansible.builtin.set_fact": {
@@ -281,6 +232,11 @@ def build_playbook(manifest: FreezeManifest) -> list[dict[str, Any]]:
         "name": f"audit the frozen state (manifest {manifest.sha256})",
         "hosts": HOST_GROUP,
         "gather_facts": False,
-        "vars": {"expected": expected},
-        "tasks": [*observe, gather, *(_check_task(probe) for probe in PROBES)],
+        "vars": {"expected": {probe.category: probe.expected(manifest) for probe in PROBES}},
+        "tasks": [
+            *(probe.observe_task(manifest) for probe in PROBES),
+            gather,
+            _tree_listing_task(manifest),
+            *(_check_task(probe) for probe in PROBES),
+        ],
     }]
