@@ -96,6 +96,7 @@ class ImageStore:
         try:
             manifest = build_image(inputs, recipe, wanted, staging, log)
             write_atomic(staging.out.manifest, canonical_json(manifest) + b"\n")
+            staging.out.manifest.chmod(0o644)  # readable like the artifacts beside it
             log.stage("done", f"{manifest.build_seconds:.0f} s")
         except BaseException as error:
             log.close()
