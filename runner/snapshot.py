@@ -50,9 +50,10 @@ class SavedState(FrozenModel):
     saved_at: datetime
     memory_image: str
     frozen_disk: str
-    # The frozen disk's mtime at the freeze: if it changes, the memory image no longer matches
-    # the disk under it, and restoring would corrupt the guest's filesystem.
-    frozen_disk_mtime: str
+    # "<path>@<mtime>" of the frozen disk and each file under it (its backing chain) at the
+    # freeze: if any changes, the memory image no longer matches the disk, and restoring it
+    # would corrupt the guest's filesystem.
+    frozen_chain: tuple[str, ...]
     live_disk: str
     restore_xml: str  # the saved domain XML with its disk on the live layer
 
@@ -106,10 +107,15 @@ def with_disk(domain_xml: str, path: str) -> str:
     return ET.tostring(root, encoding="unicode")
 
 
-def _volume_mtime(conn: libvirt.virConnect, path: str) -> str:
-    with _libvirt_errors(f"reading {path}"):
-        volume = conn.storageVolLookupByPath(path)
-        return ET.fromstring(volume.XMLDesc(0)).findtext("target/timestamps/mtime", default="")
+def frozen_chain(conn: libvirt.virConnect, path: str) -> tuple[str, ...]:
+    """``<path>@<mtime>`` of ``path`` and of every backing file under it."""
+    chain: list[str] = []
+    while path:
+        with _libvirt_errors(f"reading {path} (every layer of the frozen disk must be a volume)"):
+            volume = ET.fromstring(conn.storageVolLookupByPath(path).XMLDesc(0))
+        chain.append(f"{path}@{volume.findtext('target/timestamps/mtime', default='')}")
+        path = volume.findtext("backingStore/path", default="")
+    return tuple(chain)
 
 
 def _delete_volume(pool: libvirt.virStoragePool, name: str) -> None:
@@ -136,9 +142,11 @@ def _new_live_layer(pool: libvirt.virStoragePool, name: str, frozen_disk: str) -
 
 
 def _commit_live_layer(domain: libvirt.virDomain, target: str) -> None:
-    """Merge the running top layer into the disk under it and pivot the domain onto that."""
+    """Merge the running top layer into the disk right under it (SHALLOW: without it libvirt
+    commits into the bottom of the chain, the base image) and pivot the domain onto that."""
+    flags = libvirt.VIR_DOMAIN_BLOCK_COMMIT_ACTIVE | libvirt.VIR_DOMAIN_BLOCK_COMMIT_SHALLOW
     with _libvirt_errors("committing the live layer into the frozen disk"):
-        domain.blockCommit(target, None, None, 0, libvirt.VIR_DOMAIN_BLOCK_COMMIT_ACTIVE)
+        domain.blockCommit(target, None, None, 0, flags)
         deadline = time.monotonic() + _COMMIT_TIMEOUT_SECONDS
         while True:
             info = domain.blockJobInfo(target, 0)
@@ -167,6 +175,8 @@ def save_frozen_state(lab: LabState, freeze_manifest_sha256: str) -> SavedState:
     target, source = _disk_source(domain)
     if source != lab.overlay_path:
         _commit_live_layer(domain, target)
+        if _disk_source(domain)[1] != lab.overlay_path:
+            raise SnapshotError(f"after the commit the domain's disk is not {lab.overlay_path}")
     _delete_volume(pool, image_name)
     with _libvirt_errors(f"saving {lab.domain_name} to {memory_image}"):
         domain.save(memory_image)
@@ -183,7 +193,7 @@ def save_frozen_state(lab: LabState, freeze_manifest_sha256: str) -> SavedState:
         saved_at=datetime.now(UTC),
         memory_image=memory_image,
         frozen_disk=lab.overlay_path,
-        frozen_disk_mtime=_volume_mtime(conn, lab.overlay_path),
+        frozen_chain=frozen_chain(conn, lab.overlay_path),
         live_disk=live_disk,
         restore_xml=restore_xml,
     )
@@ -201,10 +211,11 @@ def restore_frozen_state(lab: LabState, saved: SavedState) -> RestoreTimes:
     conn = virt.connect(lab.libvirt_uri)
     domain = _lab_domain(conn, lab)
     pool = _pool(conn, lab)
-    if _volume_mtime(conn, saved.frozen_disk) != saved.frozen_disk_mtime:
+    if frozen_chain(conn, saved.frozen_disk) != saved.frozen_chain:
         raise SnapshotError(
-            f"the frozen disk {saved.frozen_disk} changed after the freeze (was the domain "
-            "started from its own definition, or rebuilt?): run `runner freeze` again"
+            f"the frozen disk {saved.frozen_disk} or a layer under it changed after the freeze "
+            "(was the domain started from its own definition, or rebuilt?): run `runner freeze` "
+            "again"
         )
     started = time.monotonic()
     if domain.isActive():

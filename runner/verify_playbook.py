@@ -77,13 +77,25 @@ _DPKG_QUERY = (
 )
 
 
+_GLOB_CHARS = re.compile(r"([*?\[\]])")
+
+
+def glob_word(pattern: str) -> str:
+    """``pattern`` as one bash word that still globs: literal parts quoted, ``*?[]`` not."""
+    return "".join(
+        part if _GLOB_CHARS.fullmatch(part) else shlex.quote(part)
+        for part in _GLOB_CHARS.split(pattern)
+        if part
+    )
+
+
 def _files_command(manifest: FreezeManifest) -> str:
     """``path<TAB>entry`` for every frozen file and every current match of the patterns (a
     match that is a directory is not a file of the freeze)."""
     frozen = " ".join(shlex.quote(path) for path in sorted(manifest.state.files))
     listed = f"printf '%s\\n' {frozen}; " if frozen else ""
-    # The patterns stay unquoted: bash expands them (nullglob: no match, no word).
-    patterns = " ".join(manifest.scope.files)
+    # bash expands the patterns (nullglob: no match, no word).
+    patterns = " ".join(glob_word(pattern) for pattern in manifest.scope.files)
     return (
         f"shopt -s nullglob; {{ {listed}for p in {patterns}; do "
         '[ -d "$p" ] && [ ! -L "$p" ] || printf \'%s\\n\' "$p"; done; } | LC_ALL=C sort -u'

@@ -1,0 +1,62 @@
+"""Session fixtures for tests on the real lab VM (``@pytest.mark.vm``).
+
+``vm_lab``: the lab ``$VM_TEST_LAB`` (default "vmtest"), deployed with deploy.py if it does not
+answer; never torn down here, so later sessions reuse it (``runner teardown --lab vmtest``
+removes it). Deploy's own tests use their lab "pytest" and tear that down: the two never meet.
+
+``frozen_lab``: that lab at a freeze. An earlier freeze is reused when a reset to it works
+(a session that died mid-test left drift behind: the reset removes it); otherwise the lab is
+frozen as it is. The lab is reset again at the end of the session, so it is left frozen.
+
+Import both into a test module, or register this module in tests/conftest.py with
+``pytest_plugins = ["tests.vm_fixtures"]``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from runner.errors import RunnerError
+from runner.freeze import freeze_lab
+from runner.freeze_manifest import default_scope
+from runner.lab import REPO_ROOT, LabPaths, LabState, guest_machine, load_lab_state
+from runner.reset import reset_lab
+
+VM_TEST_LAB = os.environ.get("VM_TEST_LAB", "vmtest")
+
+
+def _answers(paths: LabPaths) -> bool:
+    if not paths.state.exists():
+        return False
+    try:
+        guest_machine(load_lab_state(paths), wait_seconds=10)
+    except RunnerError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def vm_lab() -> LabState:
+    paths = LabPaths.for_lab(VM_TEST_LAB)
+    if not _answers(paths):
+        result = subprocess.run(
+            ["pyinfra", "-y", "inventory/local.py", "deploy.py"],
+            cwd=REPO_ROOT, env={**os.environ, "LAB": VM_TEST_LAB},
+            capture_output=True, text=True, check=False,
+        )
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return load_lab_state(paths)
+
+
+@pytest.fixture(scope="session")
+def frozen_lab(vm_lab: LabState) -> Iterator[LabState]:
+    try:
+        reset_lab(vm_lab.lab)
+    except RunnerError:  # never frozen, or its freeze no longer matches the disk
+        freeze_lab(vm_lab.lab, default_scope())
+    yield vm_lab
+    reset_lab(vm_lab.lab)
