@@ -7,6 +7,7 @@ import sys
 import click
 
 from runner.errors import RunnerError
+from runner.execute_cmd import execute_command
 from runner.freeze_cmd import freeze_command
 from runner.rebuild import rebuild_command
 from runner.report_cmd import report_command
@@ -32,6 +33,7 @@ cli.add_command(resolve_command)
 cli.add_command(freeze_command)
 cli.add_command(verify_command)
 cli.add_command(reset_command)
+cli.add_command(execute_command)
 
 
 def main() -> None:

@@ -1,0 +1,152 @@
+"""``runner execute``: the frozen schedule, one cell at a time, in the frozen guest.
+
+Refuses to start unless the lock, the schedule, the lab's freeze and a fresh verify agree.
+At the end: credential scan, final verify, receipt and report.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+
+from runner.cell import CellRunner
+from runner.errors import InputError, RunnerError
+from runner.files import write_atomic, write_model
+from runner.freeze import load_freeze
+from runner.freeze_manifest import FreezeManifest
+from runner.lab import REPO_ROOT, LabPaths, LabState, load_lab_state
+from runner.ledger import Ledger
+from runner.lock import Lock
+from runner.progress import RunProgress
+from runner.proxy import CredentialProxy
+from runner.receipt import Receipt
+from runner.report import write_report
+from runner.reset import reset_lab
+from runner.run_dir import OpenRun, open_run
+from runner.scan import SecretKind, new_canary, scan_run
+from runner.transport import GuestTransport
+from runner.verify import audit, render_drifts, ssh_host_vars
+from runner.verify_report import VerifyReport
+
+
+class GuestDrifted(RunnerError):
+    """The guest is not at its frozen state: no cell may run on it."""
+
+
+@dataclass(frozen=True)
+class ExecuteOptions:
+    lock_path: Path | None
+    run_dir: Path
+    lab: str
+    reset: bool = True
+
+
+def check_identities(run: OpenRun, lab: LabState, manifest: FreezeManifest) -> None:
+    fingerprint = run.lock.fingerprint
+    if lab.lock_fingerprint != fingerprint:
+        raise InputError(
+            f"lab {lab.lab} was provisioned for lock {lab.lock_fingerprint}, not {fingerprint}"
+        )
+    if manifest.lock_fingerprint != fingerprint:
+        raise InputError(
+            f"lab {lab.lab} was frozen for lock {manifest.lock_fingerprint}, not {fingerprint}: "
+            "run `runner freeze` again"
+        )
+
+
+def audit_guest(manifest: FreezeManifest, lab: LabState, evidence: Path) -> VerifyReport:
+    report = audit(manifest, ssh_host_vars(lab), evidence)
+    if not report.passed:
+        raise GuestDrifted(
+            f"guest drifted from freeze {manifest.sha256}; refusing to run cells:\n"
+            + render_drifts(report)
+        )
+    return report
+
+
+def provider_keys(lock: Lock) -> None:
+    """The scripted provider needs no real key, but the proxy still swaps one in: make one up
+    for the run, so the credential scan has a real key to look for."""
+    for model in lock.models:
+        if model.base_url.startswith("scripted://"):
+            os.environ.setdefault(model.key_env, secrets.token_urlsafe(32))
+        elif not os.environ.get(model.key_env):
+            raise InputError(f"model {model.id}: host variable {model.key_env} is not set")
+
+
+def execute(options: ExecuteOptions, console: Console) -> Receipt:
+    run = open_run(options.lock_path, options.run_dir)
+    paths = run.paths
+    ledger = Ledger(paths)
+    if ledger.repair_torn_tail():
+        console.print("the ledger's last line was torn by a kill: kept under attempts/")
+    lab = load_lab_state(LabPaths.for_lab(options.lab))
+    manifest, _saved = load_freeze(options.lab)
+    check_identities(run, lab, manifest)
+    provider_keys(run.lock)
+    if options.reset:
+        reset_lab(options.lab)
+    audit_guest(manifest, lab, paths.verify_dir / "preflight")
+    pending = ledger.pending(run.schedule.cells)
+    console.print(
+        f"{'resuming' if run.resumed else 'starting'} {run.lock.name}: "
+        f"{len(run.schedule.cells) - len(pending)} of {len(run.schedule.cells)} cells done, "
+        f"schedule {run.schedule.sha256}"
+    )
+    canary = new_canary()
+    write_atomic(paths.attempts_dir / "scan-canary.txt", canary.encode())
+    with CredentialProxy(paths) as proxy:
+        proxy.start(port=lab.proxy_port)
+        guest = GuestTransport(lab.ssh_host, lab.ssh_port, Path(lab.private_key), lab.ssh_user)
+        with guest.connect(wait_seconds=120):
+            cells = CellRunner(
+                lock=run.lock,
+                paths=paths,
+                guest=guest,
+                proxy=proxy,
+                task_root=task_root(run.lock),
+                reset_guest=(lambda: reset_and_reconnect(options.lab, guest))
+                if options.reset
+                else None,
+            )
+            progress = RunProgress(
+                total=len(run.schedule.cells), deadline_seconds=run.lock.cell_deadline_seconds
+            )
+            progress.done.extend(ledger.lines())
+            with Live(progress, console=console, refresh_per_second=1, transient=False):
+                for cell in pending:
+                    progress.start(cell)
+                    progress.finish(cells.run(cell, ledger))
+        secrets_by_kind: dict[SecretKind, tuple[str, ...]] = {
+            "provider_key": proxy.secrets_to_scan()["provider_key"],
+            "bearer": proxy.secrets_to_scan()["bearer"],
+            "canary": (canary,),
+        }
+        scan = scan_run(paths, secrets_by_kind)
+    console.print(
+        f"credential scan: {'clean' if scan.clean else 'NOT clean'} ({scan.files_scanned} files)"
+    )
+    final = audit(manifest, ssh_host_vars(lab), paths.verify_dir / "final")
+    write_model(paths.final_verify, final)
+    console.print(f"final verify: {'passed' if final.passed else 'DRIFT'}")
+    return write_report(paths.run_dir)
+
+
+def task_root(lock: Lock) -> Path:
+    """Where the lock's tasks are on the host (a ``path`` source is relative to the repository,
+    as the guest deploy reads it)."""
+    if lock.tasks.path is None:
+        raise InputError("git task sources are not supported by execute yet; use a local path")
+    return REPO_ROOT / lock.tasks.path / lock.tasks.subdir
+
+
+def reset_and_reconnect(lab: str, guest: GuestTransport) -> None:
+    """A restore drops the SSH session: reconnect once the guest answers again."""
+    reset_lab(lab)
+    guest.close()
+    guest.connect(wait_seconds=60)
