@@ -16,6 +16,7 @@ from importlib import resources
 from typing import Literal
 
 from deploy.virt import LAB_NAMESPACE, LAB_NAMESPACE_PREFIX
+from runner.guest_layout import ARTIFACTS_MOUNT_TAG
 
 QEMU_NAMESPACE = "http://libvirt.org/schemas/domain/qemu/1.0"
 ET.register_namespace("qemu", QEMU_NAMESPACE)
@@ -69,6 +70,9 @@ class DomainSpec:
     public_key_line: str
     ssh_port: int
     proxy_port: int
+    # The host's artifact store, shared read-only with the guest over virtio-9p (deploy/guest
+    # mounts it); "" shares nothing.
+    artifacts_dir: str = ""
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,12 @@ def _fill(root: ET.Element, spec: DomainSpec) -> None:
     _find(root, "cpu/model").text = spec.cpu_model
     _find(root, "devices/disk/source").set("file", spec.disk)
     _find(root, "devices/serial/source").set("path", spec.console_log)
+    if spec.artifacts_dir:
+        share = ET.SubElement(_find(root, "devices"), "filesystem", type="mount")
+        share.set("accessmode", "mapped")
+        ET.SubElement(share, "source", dir=spec.artifacts_dir)
+        ET.SubElement(share, "target", dir=ARTIFACTS_MOUNT_TAG)
+        ET.SubElement(share, "readonly")
     commandline = _find(root, f"{{{QEMU_NAMESPACE}}}commandline")
     for argument in _netdev_arguments(spec):
         ET.SubElement(commandline, f"{{{QEMU_NAMESPACE}}}arg", value=argument)

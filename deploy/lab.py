@@ -21,6 +21,7 @@ from deploy.domain_xml import DomainSpec, lab_uuid, render_domain
 from deploy.operations import guest, libvirt
 from images.manifest import ImageManifest
 from images.paths import ImagePaths
+from runner.artifacts.paths import CachePaths
 from runner.files import read_model, write_model
 from runner.lab import HypervisorPaths, ImageRef, LabPaths, LabState, libvirt_name
 from runner.lock import Lock
@@ -95,6 +96,8 @@ def prepare_lab(
 ) -> LabState:
     paths = LabPaths.for_lab(lab)
     paths.lab_dir.mkdir(parents=True, exist_ok=True)
+    # The domain shares the artifact store with the guest: QEMU wants the directory to exist.
+    CachePaths.default().artifacts.mkdir(parents=True, exist_ok=True)
     _ensure_key_pair(paths)
     previous = _previous_state(paths)
     name = libvirt_name(lab)
@@ -152,6 +155,7 @@ def domain_spec(state: LabState, lock: Lock, manifest: ImageManifest) -> DomainS
         public_key_line=Path(state.private_key).with_suffix(".pub").read_text(),
         ssh_port=state.ssh_port,
         proxy_port=state.proxy_port,
+        artifacts_dir=str(CachePaths.default().artifacts),
     )
 
 

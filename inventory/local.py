@@ -10,13 +10,19 @@ import os
 
 from runner.lab import lab_name_from_env
 
+lock = os.environ.get("LOCK", "locks/demo.toml")
+
 hypervisors = [
     (
         "@local",
         {
             "libvirt_uri": "qemu:///system",
-            "lock": os.environ.get("LOCK", "locks/demo.toml"),
+            "lock": lock,
             "lab": lab_name_from_env(),
         },
     )
 ]
+
+# The lab's guest (deploy/guest/): the "@lab/<lab>" connector finds it through lab.json.
+# `--limit hypervisors` converges the VM alone, `--limit lab_guests` the guest alone.
+lab_guests = [(f"@lab/{lab_name_from_env()}", {"lock": lock, "lab": lab_name_from_env()})]

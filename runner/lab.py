@@ -42,6 +42,7 @@ class LabPaths:
         lab.json          LabState: how to reach and tear down the lab
         id_ed25519        root's SSH key for the guest (private; mode 600)
         id_ed25519.pub    its public half, passed to the guest on the kernel cmdline
+        known_hosts       the guest's SSH host key, as pyinfra's guest connector first saw it
         pool/             the lab's libvirt dir pool when the hypervisor is this machine
                           (HypervisorPaths; a remote hypervisor has it under its own root)
     """
@@ -63,6 +64,10 @@ class LabPaths:
     @property
     def public_key(self) -> Path:
         return self.lab_dir / "id_ed25519.pub"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.lab_dir / "known_hosts"
 
     @property
     def local_pool_dir(self) -> Path:

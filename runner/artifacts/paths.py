@@ -5,6 +5,9 @@
         sha256/<hex>             every artifact, named by the sha256 of its bytes
         integrity/<algo>/<hex>   an npm integrity digest -> "sha256:<hex>" of the same blob
         tmp/                     downloads and scratch work in flight
+    bundles/<hex>                inputs digest -> "sha256:<hex>" of the bundle the guest deploy
+                                 built from them (deploy/guest/bundles.py)
+    tasks/<commit>/              a git task source checked out at the lock's commit
     apt/<suite>-<arch>/          apt's state for the guest's suite and architecture
 """
 
@@ -40,6 +43,12 @@ class CachePaths:
     @property
     def tmp(self) -> Path:
         return self.artifacts / "tmp"
+
+    def bundle_index(self, inputs_digest: str) -> Path:
+        return self.root / "bundles" / inputs_digest.removeprefix("sha256:")
+
+    def task_checkout(self, commit: str) -> Path:
+        return self.root / "tasks" / commit
 
     def apt_state(self, suite: str, deb_arch: str) -> Path:
         return self.root / "apt" / f"{suite}-{deb_arch}"

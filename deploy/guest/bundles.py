@@ -1,0 +1,150 @@
+"""What the host prepares for the guest and adds to the artifact store, as plain tar blobs.
+
+The guest has no network and a slow CPU, so work that needs a registry client or many small files
+happens here: each harness's npm tree is installed by ``npm ci --offline`` from the frozen
+lockfile and the stored tarballs (for the guest's os/cpu/libc, no install scripts), and the task
+dirs and the runner package are packed. Each bundle is an uncompressed tar (the guest unpacks it
+straight from the 9p share; gunzip under TCG would cost more than the bytes) with fixed owners,
+modes and times, added to the store by its sha256. A harness tree is built once per lockfile:
+``bundles/<key>`` in the cache remembers the blob built for those inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from runner.artifacts.npm import TARBALLS_DIR
+from runner.artifacts.paths import CachePaths
+from runner.artifacts.platform import GuestPlatform
+from runner.artifacts.store import ArtifactStore
+from runner.canonical import canonical_json, sha256_digest
+from runner.errors import RunnerError
+from runner.resolution import HarnessTree, Resolution
+
+# Bump when a bundle's recipe changes, so cached bundles are not taken for the new recipe.
+BUNDLE_RECIPE = 1
+_SKIPPED = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
+
+
+def _tar_info(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    """Owner root, times fixed, permissions kept only as 'executable or not'."""
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mtime = 0
+    if info.isdir() or info.mode & 0o111:
+        info.mode = 0o755
+    elif not info.issym():
+        info.mode = 0o644
+    return info
+
+
+def _walk(root: Path) -> Iterable[Path]:
+    """Every entry under ``root`` in sorted order, caches of Python tools left out."""
+    for entry in sorted(root.iterdir()):
+        if entry.name in _SKIPPED:
+            continue
+        yield entry
+        if entry.is_dir() and not entry.is_symlink():
+            yield from _walk(entry)
+
+
+def pack_directory(store: ArtifactStore, source: Path, arcname: str) -> str:
+    """A deterministic tar of ``source`` (as ``arcname``/...) in the store; its digest."""
+    temp = store.temp_path(f"{arcname.replace('/', '-')}.tar")
+    try:
+        with tarfile.open(temp, "w", format=tarfile.GNU_FORMAT) as archive:
+            archive.add(source, arcname=arcname, recursive=False, filter=_tar_info)
+            for entry in _walk(source):
+                name = f"{arcname}/{entry.relative_to(source).as_posix()}"
+                archive.add(entry, arcname=name, recursive=False, filter=_tar_info)
+        return store.add_file(temp)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def _cached_bundle(store: ArtifactStore, paths: CachePaths, key: str) -> str | None:
+    index = paths.bundle_index(key)
+    if not index.is_file():
+        return None
+    digest = index.read_text().strip()
+    return digest if store.has(digest) else None
+
+
+def _remember_bundle(paths: CachePaths, key: str, digest: str) -> None:
+    index = paths.bundle_index(key)
+    index.parent.mkdir(parents=True, exist_ok=True)
+    index.write_text(digest + "\n")
+
+
+def harness_tree_bundle(
+    store: ArtifactStore, paths: CachePaths, resolution: Resolution, tree: HarnessTree
+) -> str:
+    """The harness's installed npm tree (``node_modules/``) for the guest, as a stored tar."""
+    artifacts = [a for a in resolution.artifacts if tree.harness in a.harnesses]
+    key = sha256_digest(
+        canonical_json(
+            {
+                "recipe": BUNDLE_RECIPE,
+                "lockfile": tree.lockfile,
+                "arch": resolution.arch,
+                "npm": resolution.tools.npm,
+            }
+        )
+    )
+    cached = _cached_bundle(store, paths, key)
+    if cached is not None:
+        return cached
+    platform = GuestPlatform(resolution.arch)
+    with tempfile.TemporaryDirectory(prefix=f"harness-{tree.harness}-") as workdir:
+        work = Path(workdir)
+        project, npm_cache, links = work / "tree", work / "npm-cache", work / "links"
+        for directory in (project / TARBALLS_DIR, links):
+            directory.mkdir(parents=True)
+        lockfile = json.loads(store.blob(tree.lockfile).read_bytes())
+        root = lockfile["packages"][""]
+        package = {"name": root["name"], "private": True, "dependencies": root["dependencies"]}
+        (project / "package.json").write_text(json.dumps(package))
+        (project / "package-lock.json").write_text(json.dumps(lockfile))
+        registry_tarballs = []
+        for artifact in artifacts:
+            blob = store.blob(artifact.sha256)
+            if artifact.url.startswith("file:"):
+                shutil.copyfile(blob, project / TARBALLS_DIR / artifact.filename)
+            else:
+                # npm takes a local tarball for its cache only by a .tgz name.
+                link = links / f"{artifact.sha256.removeprefix('sha256:')}.tgz"
+                link.symlink_to(blob)
+                registry_tarballs.append(str(link))
+        _npm(["cache", "add", "--cache", str(npm_cache), *registry_tarballs], project, tree)
+        _npm(
+            [
+                "ci", "--offline", "--ignore-scripts", "--no-audit", "--no-fund",
+                "--cache", str(npm_cache), f"--os={platform.npm_os}",
+                f"--cpu={platform.npm_cpu}", f"--libc={platform.npm_libc}",
+            ],
+            project,
+            tree,
+        )  # fmt: skip
+        digest = pack_directory(store, project / "node_modules", "node_modules")
+    _remember_bundle(paths, key, digest)
+    return digest
+
+
+def _npm(args: list[str], cwd: Path, tree: HarnessTree) -> None:
+    env = {**os.environ, "npm_config_update_notifier": "false"}
+    result = subprocess.run(
+        ["npm", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+        raise RunnerError(
+            f"harness {tree.harness}: npm {args[0]} failed: "
+            f"{(errors or result.stderr.splitlines() or ['no output'])[0]}"
+        )

@@ -1,0 +1,199 @@
+"""Operations on the lab guest: each reads facts and yields shell commands only for what differs.
+
+A unit installed from the artifact store (a runtime, a harness tree, Harbor's venv, the tasks)
+records the digest it was installed from in /var/lib/bench/units/<unit> as its last command;
+``UnitStamp`` reads it back, so an interrupted install is redone, never taken for done.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass
+
+from pyinfra.api.command import FunctionCommand, StringCommand
+from pyinfra.api.operation import operation
+from pyinfra.context import host
+from pyinfra.facts.deb import DebPackages
+
+from deploy.guest.facts import ImageLabel, UnitStamp
+from runner.guest_layout import GUEST
+from runner.lab import LabPaths, guest_machine, load_lab_state
+from runner.transport import GuestError
+
+Commands = Generator[StringCommand | FunctionCommand | str, None, None]
+
+
+def _q(value: object) -> str:
+    return shlex.quote(str(value))
+
+
+def _short(digest: str) -> str:
+    return digest.removeprefix("sha256:")[:12]
+
+
+def _unit(unit: str, digest: str, installed: str, work: Iterable[str]) -> Commands:
+    """``work`` unless ``installed`` exists and the unit's stamp says ``digest``; then the stamp."""
+    if host.get_fact(UnitStamp, unit=unit, installed=installed) == digest:
+        host.noop(f"{unit} already installed from {_short(digest)}")
+        return
+    yield from work
+    stamp = GUEST.unit_stamp(unit)
+    yield f"mkdir -p {_q(stamp.parent)} && printf '%s\\n' {_q(digest)} > {_q(stamp)}"
+
+
+def _replace_dir(dest: str, fill: str) -> list[str]:
+    """Fill ``<dest>.new`` (``$NEW`` in ``fill``), then swap it in: no half tree at ``dest``."""
+    new = _q(f"{dest}.new")
+    return [
+        f"rm -rf {new} && mkdir -p {new}",
+        fill.replace("$NEW", new),
+        f"rm -rf {_q(dest)} && mv {new} {_q(dest)}",
+    ]
+
+
+@operation()
+def unpacked(
+    unit: str, blob: str, dest: str, digest: str, strip_components: int = 0, check: str = ""
+) -> Commands:
+    """
+    ``dest`` holds exactly what the tar ``blob`` holds (gzip is detected by tar).
+
+    + unit: name of the unit (its stamp file)
+    + blob: the tar in the guest (in the 9p share)
+    + dest: directory to fill; replaced whole when the digest differs
+    + digest: the blob's digest, recorded when done
+    + strip_components: leading path parts to drop (npm tarballs put everything in package/)
+    + check: a path under ``dest`` that must exist afterwards (the binary that matters)
+    """
+    installed = f"{dest}/{check}" if check else dest
+    extract = f"tar -x -f {_q(blob)} -C $NEW --no-same-owner --strip-components={strip_components}"
+    verify = [f"test -e {_q(installed)}"] if check else []
+    yield from _unit(unit, digest, installed, [*_replace_dir(dest, extract), *verify])
+
+
+@operation()
+def copied(unit: str, blob: str, dest: str, digest: str) -> Commands:
+    """
+    ``dest`` is a copy of ``blob`` (a file the task containers read, outside the 9p share).
+
+    + unit: name of the unit (its stamp file)
+    + blob: the file in the guest (in the 9p share)
+    + dest: the copy
+    + digest: the blob's digest, recorded when done
+    """
+    copy = f"mkdir -p {_q(dest.rsplit('/', 1)[0])} && cp {_q(blob)} {_q(dest)}.new"
+    yield from _unit(unit, digest, dest, [copy, f"mv {_q(dest)}.new {_q(dest)}"])
+
+
+@dataclass(frozen=True)
+class DebFile:
+    name: str
+    version: str
+    path: str
+
+
+@operation()
+def debs_installed(debs: tuple[DebFile, ...]) -> Commands:
+    """
+    Each Debian package is installed at its version, from its file; the missing ones are given
+    to one ``dpkg -i`` (dpkg orders their configuration; the set is closed over dependencies).
+
+    + debs: the packages and their files in the guest
+    """
+    installed = host.get_fact(DebPackages)
+    missing = [deb for deb in debs if deb.version not in installed.get(deb.name, [])]
+    if not missing:
+        host.noop(f"{len(debs)} Debian packages already installed at their versions")
+        return
+    paths = " ".join(_q(deb.path) for deb in missing)
+    yield f"DEBIAN_FRONTEND=noninteractive dpkg -i --force-confold {paths}"
+
+
+@operation()
+def harbor_venv(
+    venv: str, requirement: str, wheels: tuple[tuple[str, str], ...], digest: str
+) -> Commands:
+    """
+    A venv with ``requirement`` installed by pip from the stored wheels only (``--no-index``),
+    without byte-compiling (under TCG that is most of pip's time). pip runs from Debian's pip
+    wheel, so the venv is made without pip (ensurepip would install and compile it first).
+
+    + venv: the venv directory
+    + requirement: what pip installs (``harbor==X``)
+    + wheels: (file name, path in the guest) of every wheel it may take
+    + digest: of the wheel set, recorded when done
+    """
+    links = f"{venv}.wheels"
+    link_all = " && ".join(f"ln -s {_q(path)} {_q(f'{links}/{name}')}" for name, path in wheels)
+    install = (
+        f"{_q(venv)}/bin/python /usr/share/python-wheels/pip-*.whl/pip install --quiet "
+        f"--no-index --find-links {_q(links)} --no-compile --disable-pip-version-check "
+        f"{_q(requirement)}"
+    )
+    yield from _unit(
+        "harbor-venv",
+        digest,
+        f"{venv}/bin/harbor",
+        [
+            f"rm -rf {_q(venv)} {_q(links)} && mkdir -p {_q(links)}",
+            link_all,
+            f"python3 -m venv --without-pip {_q(venv)}",
+            install,
+            f"rm -rf {_q(links)}",
+        ],
+    )
+
+
+@operation()
+def base_image(image: str, aliases: tuple[str, ...], digest: str, rootfs_tar: str) -> Commands:
+    """
+    A local Podman image imported from a tar the guest makes of itself (no registry), labelled
+    with the digest of its inputs, and tagged with each name a task's Dockerfile uses.
+
+    + image: the image's name
+    + aliases: further names for it (the tasks' ``FROM`` names)
+    + digest: of the image's inputs; a different one rebuilds it
+    + rootfs_tar: shell command writing the root filesystem tar to stdout
+    """
+    if host.get_fact(ImageLabel, image=image, label="bench.inputs") == digest:
+        for alias in aliases:
+            if host.get_fact(ImageLabel, image=alias, label="bench.inputs") != digest:
+                break
+        else:
+            host.noop(f"image {image} already built from {_short(digest)}")
+            return
+    yield (
+        f"{rootfs_tar} | podman import --quiet "
+        f"--change {_q(f'LABEL bench.inputs={digest}')} - {_q(image)}"
+    )
+    for alias in aliases:
+        yield f"podman tag {_q(image)} {_q(alias)}"
+
+
+def _wait_for_guest(lab: str, wait_seconds: float) -> None:
+    state = load_lab_state(LabPaths.for_lab(lab))
+    answered = guest_machine(state, wait_seconds)
+    if answered != state.guest_arch:
+        raise GuestError(f"lab {lab}: the guest is {answered!r}, expected {state.guest_arch!r}")
+
+
+@operation()
+def lab_guest_answers(lab: str, wait_seconds: float) -> Commands:
+    """
+    The lab's guest answers SSH. Every host of the deploy runs this one operation at the same
+    point: pyinfra orders operations per host, so this shared operation is what puts the
+    guest's operations after the hypervisor's (which create and start the guest).
+
+    + lab: the lab's name (its lab.json is read when the operation runs)
+    + wait_seconds: how long a booting guest may take
+    """
+    paths = LabPaths.for_lab(lab)
+    if paths.state.exists():
+        try:
+            if guest_machine(load_lab_state(paths)) == load_lab_state(paths).guest_arch:
+                host.noop(f"lab {lab}: guest already answers SSH")
+                return
+        except GuestError:
+            pass
+    yield FunctionCommand(_wait_for_guest, (lab, wait_seconds), {})

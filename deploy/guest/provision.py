@@ -1,0 +1,296 @@
+"""The guest deploy: everything a cell needs, installed offline from the host's artifact store.
+
+``plan_guest`` runs on the host while pyinfra prepares: it checks the lock's resolution against
+the store and builds the bundles (harness trees, tasks, the runner package); ``guest_provisioning``
+is the pyinfra deploy that converges the guest to that plan, reading every artifact from the
+store through the read-only 9p share (runner/guest_layout.py draws the guest's layout).
+"""
+
+from __future__ import annotations
+
+import io
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyinfra.api.deploy import deploy
+from pyinfra.operations import files, server, systemd
+
+from deploy.guest import operations as guest
+from deploy.guest.bundles import harness_tree_bundle, pack_directory
+from runner.artifacts.paths import CachePaths
+from runner.artifacts.store import ArtifactStore
+from runner.canonical import canonical_json, sha256_digest
+from runner.errors import RunnerError
+from runner.guest_layout import AGENT_USER, ARTIFACTS_MOUNT_TAG, GUEST
+from runner.lab import REPO_ROOT
+from runner.lock import Lock, TaskSource
+from runner.resolution import Artifact, Resolution, load_resolution, resolution_path
+
+# Mount options as /proc/self/mountinfo shows them (pyinfra's server.mount compares these);
+# fstab carries the full set. A large msize lets 9p move big reads in few round trips.
+_MOUNT_OPTIONS = ("ro", "trans=virtio")
+_FSTAB_OPTIONS = "trans=virtio,version=9p2000.L,ro,msize=512000,cache=loose,nofail"
+
+# The local base image: the guest's own userland (a tar of its own files, no registry) with the
+# task containers' frozen artifacts at the path runner.harbor_agents reads them from. /usr/bin is
+# taken without its large programs (podman, ...) but with Python; what Python, git and the
+# harness scripts need from /usr/lib comes along whole.
+_ROOTFS_TREES = (
+    "usr/lib/aarch64-linux-gnu", "usr/lib/python3.13", "usr/lib/git-core",
+    "usr/share/git-core", "etc/alternatives",
+)  # fmt: skip
+_ROOTFS_ENTRIES = (
+    "bin", "lib", "sbin", "usr", "usr/bin", "usr/lib", "usr/share",
+    "usr/lib/ld-linux-aarch64.so.1", "etc", "etc/passwd", "etc/group", "etc/ld.so.cache",
+    "tmp", "root",
+)  # fmt: skip
+
+
+def _rootfs_tar() -> str:
+    container = GUEST.image_artifacts.root.relative_to("/")
+    guest = GUEST.container_artifacts.root.relative_to("/")
+    listing = " ".join(
+        [
+            f"printf '%s\\n' {' '.join(_ROOTFS_ENTRIES)};",
+            "find usr/bin ! -type d \\( -size -3M -o -name 'python3*' \\);",
+            f"find {' '.join(_ROOTFS_TREES)};",
+            f"find {guest}/runtimes {guest}/harnesses;",
+        ]
+    )
+    transform = shlex.quote(f"s,^{guest}/,{container}/,")
+    return (
+        f"cd / && {{ {listing} }} | tar -c --no-recursion --numeric-owner "
+        f"--transform {transform} -T -"
+    )
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A unit the guest unpacks or copies from the store: where to, and from which blob."""
+
+    unit: str
+    digest: str
+    dest: str
+
+    @property
+    def blob(self) -> str:
+        return str(GUEST.blob(self.digest))
+
+
+@dataclass(frozen=True)
+class GuestPlan:
+    debs: tuple[guest.DebFile, ...]
+    runtimes: tuple[Bundle, ...]  # node, bun: unpacked for the guest itself
+    runtime_archives: tuple[Bundle, ...]  # the same tarballs, copied for the task containers
+    harness_trees: tuple[tuple[Bundle, str], ...]  # with the agent command it must hold
+    harbor_requirement: str
+    wheels: tuple[tuple[str, str], ...]
+    wheels_digest: str
+    runner_package: Bundle
+    tasks: tuple[Bundle, ...]
+    base_images: dict[str, tuple[str, ...]]  # image name -> the FROM names tagged to it
+    image_inputs: str
+
+
+def _blob(artifact: Artifact) -> str:
+    return str(GUEST.blob(artifact.sha256))
+
+
+def _one(resolution: Resolution, kind: str) -> Artifact:
+    found = [artifact for artifact in resolution.artifacts if artifact.kind == kind]
+    if len(found) != 1:
+        raise RunnerError(f"resolution: expected one {kind} artifact, found {len(found)}")
+    return found[0]
+
+
+def _task_root(tasks: TaskSource, paths: CachePaths) -> Path:
+    if tasks.path is not None:
+        return REPO_ROOT / tasks.path / tasks.subdir
+    assert tasks.git is not None and tasks.commit is not None  # the lock model requires both
+    checkout = paths.task_checkout(tasks.commit)
+    if not (checkout / ".git").is_dir():
+        for command in (
+            ["git", "clone", "--quiet", "--no-checkout", tasks.git, str(checkout)],
+            ["git", "-C", str(checkout), "checkout", "--quiet", tasks.commit],
+        ):
+            result = subprocess.run(command, capture_output=True, text=True, check=False)
+            if result.returncode != 0:
+                problem = (result.stderr.strip().splitlines() or ["no output"])[-1]
+                raise RunnerError(f"tasks: {' '.join(command[:2])} failed: {problem}")
+    return checkout / tasks.subdir
+
+
+def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
+    """Check the resolution against the store, build the bundles, and say what goes where."""
+    resolution = load_resolution(resolution_path(lock_path, lock), lock)
+    paths = CachePaths.default()
+    store = ArtifactStore(paths)
+    missing = [a.filename for a in resolution.artifacts if not store.has(a.sha256)]
+    if missing:
+        raise RunnerError(
+            f"{len(missing)} artifacts of the resolution are not in the store "
+            f"(first: {missing[0]}): run 'runner resolve {lock_path}'"
+        )
+    node, bun = _one(resolution, "node-binary"), _one(resolution, "bun-binary")
+    runtimes = (
+        Bundle("node", node.sha256, str(GUEST.node_dir)),
+        Bundle("bun", bun.sha256, str(GUEST.bun_dir)),
+    )
+    archives = GUEST.container_artifacts
+    runtime_archives = (
+        Bundle("node-archive", node.sha256, str(archives.runtime_archive("node", lock.tools.node))),
+        Bundle("bun-archive", bun.sha256, str(archives.runtime_archive("bun", lock.tools.bun))),
+    )
+    agents = {harness.id: harness.agent for harness in lock.harnesses}
+    trees = tuple(
+        (
+            Bundle(
+                f"harness-{tree.harness}",
+                harness_tree_bundle(store, paths, resolution, tree),
+                str(GUEST.harness_tree(tree.harness)),
+            ),
+            agents[tree.harness],
+        )
+        for tree in resolution.harness_trees
+    )
+    wheels = tuple((a.filename, _blob(a)) for a in resolution.artifacts if a.kind == "wheel")
+    task_root = _task_root(lock.tasks, paths)
+    tasks = tuple(
+        Bundle(f"task-{task}", pack_directory(store, task_root / task, task), str(GUEST.task(task)))
+        for task in lock.tasks.ids
+    )
+    runner_package = Bundle(
+        "runner-package",
+        pack_directory(store, REPO_ROOT / "runner", "runner"),
+        str(GUEST.python_path),
+    )
+    images: dict[str, list[str]] = {}
+    for from_name, image in lock.tasks.base_images.items():
+        images.setdefault(image, []).append(from_name)
+    return GuestPlan(
+        debs=tuple(
+            guest.DebFile(a.name, a.version, _blob(a))
+            for a in resolution.artifacts
+            if a.kind == "deb"
+        ),
+        runtimes=runtimes,
+        runtime_archives=runtime_archives,
+        harness_trees=trees,
+        harbor_requirement=f"harbor=={lock.tools.harbor}",
+        wheels=wheels,
+        wheels_digest=sha256_digest(canonical_json(sorted(wheels))),
+        runner_package=runner_package,
+        tasks=tasks,
+        base_images={image: tuple(names) for image, names in images.items()},
+        image_inputs=sha256_digest(
+            canonical_json(
+                {
+                    "rootfs": _rootfs_tar(),
+                    "guest": sha256_digest(canonical_json(lock.guest)),
+                    "debs": [deb.sha256 for deb in resolution.artifacts if deb.kind == "deb"],
+                    "artifacts": [b.digest for b in runtime_archives]
+                    + [tree.digest for tree, _ in trees],
+                }
+            )
+        ),
+    )
+
+
+@deploy("Guest provisioning")
+def guest_provisioning(plan: GuestPlan) -> None:
+    mount = str(GUEST.artifacts_mount)
+    files.directory(name="Mount point of the artifact store", path=mount)
+    files.line(
+        name="Artifact store in fstab (read-only 9p)",
+        path="/etc/fstab",
+        line=f"{ARTIFACTS_MOUNT_TAG} {mount} 9p {_FSTAB_OPTIONS} 0 0",
+    )
+    server.mount(
+        name="Artifact store mounted (read-only 9p)",
+        path=mount,
+        device=ARTIFACTS_MOUNT_TAG,
+        fs_type="9p",
+        options=list(_MOUNT_OPTIONS),
+    )
+    guest.debs_installed(name="Debian packages of the resolution", debs=plan.debs)
+    files.file(name="Podman's docker command without its notice", path="/etc/containers/nodocker")
+    systemd.service(
+        name="Podman's Docker-compatible socket for Harbor",
+        service="podman.socket",
+        running=True,
+        enabled=True,
+    )
+    server.user(
+        name=f"Unprivileged agent user {AGENT_USER}",
+        user=AGENT_USER,
+        shell="/bin/bash",
+        create_home=True,
+    )
+    for runtime in plan.runtimes:
+        guest.unpacked(
+            name=f"{runtime.unit} in {runtime.dest}",
+            unit=runtime.unit,
+            blob=runtime.blob,
+            dest=runtime.dest,
+            digest=runtime.digest,
+            strip_components=1,
+            check=f"bin/{runtime.unit}",
+        )
+    for archive in plan.runtime_archives:
+        guest.copied(
+            name=f"{archive.dest} for the task containers",
+            unit=archive.unit,
+            blob=archive.blob,
+            dest=archive.dest,
+            digest=archive.digest,
+        )
+    for tree, agent in plan.harness_trees:
+        guest.unpacked(
+            name=f"Harness tree {tree.dest}",
+            unit=tree.unit,
+            blob=tree.blob,
+            dest=tree.dest,
+            digest=tree.digest,
+            check=f"node_modules/.bin/{agent}",
+        )
+    guest.harbor_venv(
+        name=f"Harbor ({plan.harbor_requirement}) in {GUEST.harbor_venv}",
+        venv=str(GUEST.harbor_venv),
+        requirement=plan.harbor_requirement,
+        wheels=plan.wheels,
+        digest=plan.wheels_digest,
+    )
+    guest.unpacked(
+        name=f"The runner package in {plan.runner_package.dest}",
+        unit=plan.runner_package.unit,
+        blob=plan.runner_package.blob,
+        dest=plan.runner_package.dest,
+        digest=plan.runner_package.digest,
+        check="runner/harbor_agents/agents.py",
+    )
+    files.put(
+        name="The runner package on the Harbor venv's path",
+        src=io.StringIO(f"{GUEST.python_path}\n"),
+        dest=str(GUEST.site_packages / "bench-runner.pth"),
+    )
+    for task in plan.tasks:
+        guest.unpacked(
+            name=f"Task {task.dest}",
+            unit=task.unit,
+            blob=task.blob,
+            dest=task.dest,
+            digest=task.digest,
+            strip_components=1,
+            check="task.toml",
+        )
+    files.directory(name="Harbor trial dirs", path=str(GUEST.trials_dir))
+    for image, aliases in plan.base_images.items():
+        guest.base_image(
+            name=f"Local base image {image} (as {', '.join(aliases)})",
+            image=image,
+            aliases=aliases,
+            digest=plan.image_inputs,
+            rootfs_tar=_rootfs_tar(),
+        )

@@ -1,0 +1,48 @@
+"""The artifact store reaches the guest as a read-only virtio-9p share of the lab domain."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+
+from deploy.domain_xml import DomainSpec, render_domain
+from deploy.guest.provision import _FSTAB_OPTIONS, _MOUNT_OPTIONS
+from runner.guest_layout import ARTIFACTS_MOUNT_TAG
+
+SPEC = DomainSpec(
+    lab="t",
+    name="frozen-bench-t",
+    arch="aarch64",
+    domain_type="qemu",
+    cpu_model="cortex-a57",
+    memory_mib=1024,
+    vcpus=1,
+    kernel="/pools/t/vmlinuz",
+    initrd="/pools/t/initrd.img",
+    kernel_cmdline="root=LABEL=root rw console=ttyAMA0",
+    disk="/pools/t/t.qcow2",
+    console_log="/pools/t/console.log",
+    public_key_line="ssh-ed25519 AAAA lab-t",
+    ssh_port=2222,
+    proxy_port=8931,
+)
+
+
+def test_the_store_is_shared_read_only_under_the_guest_mount_tag() -> None:
+    root = ET.fromstring(render_domain(replace(SPEC, artifacts_dir="/cache/artifacts")).xml)
+    (share,) = root.findall("devices/filesystem")
+    assert (share.get("type"), share.get("accessmode")) == ("mount", "mapped")
+    assert share.find("source").get("dir") == "/cache/artifacts"  # type: ignore[union-attr]
+    assert share.find("target").get("dir") == ARTIFACTS_MOUNT_TAG  # type: ignore[union-attr]
+    assert share.find("readonly") is not None
+
+
+def test_no_store_no_share_and_the_share_is_part_of_the_spec_digest() -> None:
+    assert ET.fromstring(render_domain(SPEC).xml).find("devices/filesystem") is None
+    shared = replace(SPEC, artifacts_dir="/cache/artifacts")
+    assert render_domain(shared).spec_digest != render_domain(SPEC).spec_digest
+
+
+def test_the_guest_mounts_it_read_only() -> None:
+    assert "ro" in _MOUNT_OPTIONS
+    assert "ro" in _FSTAB_OPTIONS.split(",")
