@@ -199,6 +199,16 @@ class Lock(FrozenModel):
     def fingerprint(self) -> str:
         return sha256_digest(canonical_json(self))
 
+    @property
+    def environment_fingerprint(self) -> str:
+        """The part of the lock the provisioned guest is made of (guest, tools, harnesses,
+        tasks): a lab frozen for it can run any lock that shares it, whatever its models,
+        repeats, deadline or seed."""
+        environment = self.model_dump(
+            mode="json", include={"schema_version", "guest", "tools", "harnesses", "tasks"}
+        )
+        return sha256_digest(canonical_json(environment))
+
     def for_model(self, model_id: str) -> Lock:
         """The lock narrowed to one model: what one batch of the run is frozen to."""
         models = tuple(model for model in self.models if model.id == model_id)

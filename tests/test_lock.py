@@ -83,3 +83,15 @@ def test_cli_bad_lock_exit_2_without_traceback(
     assert "Traceback" not in result.stderr
     assert case["expect"] in result.stderr
     assert not (tmp_path / "schedule.json").exists()
+
+
+def test_environment_fingerprint_ignores_what_the_guest_is_not_made_of(
+    seed_lock_path: Path, tmp_path: Path
+) -> None:
+    base = load_lock(seed_lock_path)
+    changed = tmp_path / "lock.toml"
+    text = seed_lock_path.read_text()
+    changed.write_text(text.replace("repeats = 3", "repeats = 1").replace("1800", "60"))
+    assert load_lock(changed).environment_fingerprint == base.environment_fingerprint
+    changed.write_text(text.replace('bun = "1.3.14"', 'bun = "1.3.15"'))
+    assert load_lock(changed).environment_fingerprint != base.environment_fingerprint
