@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The README's first command: set up the host, resolve the lock's artifacts into the host cache,
+# build or reuse the image, deploy the lab VM and provision its guest offline, freeze it, and
+# run the lock's schedule end to end. LOCK (default locks/demo.toml), LAB (default "default")
+# and RUN_DIR (default runs/<lock>-<UTC time>) choose what and where.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export LOCK=${LOCK:-locks/demo.toml}
+export LAB=${LAB:-default}
+run_dir=${RUN_DIR:-runs/$(basename "$LOCK" .toml)-$(date -u +%Y%m%dT%H%M%SZ)}
+
+bash scripts/setup-host.sh
+step() { printf '\n== %s\n' "$*"; }
+
+step "resolve $LOCK into the host artifact cache"
+runner resolve "$LOCK"
+step "image, lab VM and guest (pyinfra)"
+pyinfra -y inventory/local.py deploy.py
+step "freeze lab $LAB"
+runner freeze --lab "$LAB" --lock "$LOCK"
+step "execute $LOCK in $run_dir"
+runner execute "$LOCK" --run-dir "$run_dir" --lab "$LAB"
+printf '\nreport: %s/report.md  receipt: %s/receipt.json\n' "$run_dir" "$run_dir"

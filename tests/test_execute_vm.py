@@ -1,0 +1,126 @@
+"""``runner execute`` end to end on the real arm64 lab, with the OFFLINE SCRIPTED PROVIDER (a
+stand-in for a model; no real model is called): the demo lock, then a deadline cell that is
+killed mid-run (kill -9 of the runner), resumed, and classified indeterminate at its deadline."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.lab import REPO_ROOT, LabState
+from runner.ledger import Ledger
+from runner.paths import RunPaths
+from runner.transport import GuestTransport
+from tests.vm_fixtures import frozen_lab, vm_lab  # noqa: F401  (session fixtures)
+
+pytestmark = pytest.mark.vm
+DEMO = REPO_ROOT / "locks" / "demo.toml"
+RUNNER = [sys.executable, "-c", "from runner.cli import main; main()"]
+
+
+def execute(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*RUNNER, "execute", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def overhead(line_phases: dict[str, float], wall: float) -> float:
+    """Seconds of the cell outside the agent, the verifier and Harbor's own environment work."""
+    inside = ("agent", "verifier", "harbor_environment_setup", "harbor_agent_setup")
+    return wall - sum(line_phases.get(name, 0.0) for name in inside)
+
+
+def test_demo_lock_end_to_end(frozen_lab: LabState, tmp_path: Path) -> None:  # noqa: F811
+    run_dir = tmp_path / "demo"
+    result = execute(str(DEMO), "--run-dir", str(run_dir), "--lab", frozen_lab.lab)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    paths = RunPaths(run_dir)
+    lines = Ledger(paths).lines()
+    for line in lines:
+        print(
+            f"{line.cell_id}: {line.outcome} ({line.reason}) wall {line.wall_seconds:.1f} s, "
+            f"overhead {overhead(line.phase_seconds, line.wall_seconds):.1f} s, "
+            f"phases {line.phase_seconds}"
+        )
+    outcomes = {(line.model, line.harness): line.outcome for line in lines}
+    assert {outcome for (model, _), outcome in outcomes.items() if model == "reference"} == {
+        "pass"
+    }
+    assert {outcome for (model, _), outcome in outcomes.items() if model == "wrong"} == {"fail"}
+    assert all(line.physical_posts >= line.logical_attempts > 0 for line in lines)
+    receipt = json.loads(paths.receipt.read_text())
+    assert receipt["status"] == "completed", receipt["reasons"]
+    assert receipt["credential_scan"] == "clean"
+    assert receipt["final_verify"] == "passed"
+    assert "OFFLINE SCRIPTED PROVIDER" in paths.report_md.read_text()
+    assert paths.report_png.exists()
+
+
+def deadline_lock(tmp_path: Path, deadline: int) -> Path:
+    """The demo's environment (same guest, tools, harnesses, tasks) with a provider that never
+    answers and a short deadline: every cell can only end at its deadline."""
+    text = DEMO.read_text()
+    head, _, _ = text.partition("[[models]]")
+    head = head.replace("cell_deadline_seconds = ", f"cell_deadline_seconds = {deadline} #")
+    path = tmp_path / "deadline.toml"
+    path.write_text(
+        head
+        + '[[models]]\nid = "stall"\nprovider = "scripted"\nmodel = "stalled"\n'
+        'thinking = "off"\napi = "openai-completions"\nbase_url = "scripted://local"\n'
+        'key_env = "SCRIPTED_PROVIDER_KEY"\n'
+    )
+    return path
+
+
+def test_kill_mid_run_resume_and_deadline(frozen_lab: LabState, tmp_path: Path) -> None:  # noqa: F811
+    lock = deadline_lock(tmp_path, deadline=150)
+    run_dir = tmp_path / "deadline"
+    paths = RunPaths(run_dir)
+    runner = subprocess.Popen(
+        [*RUNNER, "execute", str(lock), "--run-dir", str(run_dir), "--lab", frozen_lab.lab],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    started = time.monotonic()
+    while not list(paths.attempts_dir.glob("*/attempt-1.json")):
+        assert runner.poll() is None, "the runner ended before its first cell started"
+        assert time.monotonic() - started < 900, "no cell started in 15 minutes"
+        time.sleep(2)
+    time.sleep(20)  # inside the cell: reset done, Harbor running
+    os.kill(runner.pid, signal.SIGKILL)
+    runner.wait()
+    assert not paths.ledger.exists() or not Ledger(paths).lines()
+
+    result = execute("--run-dir", str(run_dir), "--lab", frozen_lab.lab)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    lines = Ledger(paths).lines()
+    assert len(lines) == len({line.cell_id for line in lines}) == 2
+    first = lines[0]
+    assert first.attempt == 2
+    history = json.loads((paths.attempts_dir / first.cell_id / "attempt-1.json").read_text())
+    assert history["status"] == "interrupted"
+    for line in lines:
+        assert line.outcome == "indeterminate"
+        assert line.reason.startswith("deadline passed")
+        assert "0 processes and 0 containers left" in line.reason
+        assert line.wall_seconds < 150 + 60
+    guest = GuestTransport(
+        frozen_lab.ssh_host, frozen_lab.ssh_port, Path(frozen_lab.private_key)
+    ).connect(60)
+    with guest:
+        assert guest.check("podman ps -aq | wc -l").stdout.strip() == "0"
+        assert guest.exec("pgrep -f 'harbor trial'").exit_code == 1
+    receipt = json.loads(paths.receipt.read_text())
+    assert receipt["status"] == "completed_with_indeterminate", receipt["reasons"]
