@@ -66,7 +66,8 @@ class ResolverTools(FrozenModel):
 class Resolution(FrozenModel):
     schema_version: Literal[1] = 1
     lock_name: Slug
-    lock_fingerprint: Sha256
+    # Artifacts depend only on what the guest is made of, not on models, repeats or deadline.
+    environment_fingerprint: Sha256
     arch: Literal["aarch64", "x86_64"]
     suite: Slug
     tools: ResolverTools
@@ -81,7 +82,7 @@ class Resolution(FrozenModel):
         """One line naming the first difference from ``other`` (None when they are equal)."""
         if self == other:
             return None
-        for field in ("lock_fingerprint", "arch", "suite", "tools"):
+        for field in ("environment_fingerprint", "arch", "suite", "tools"):
             mine, theirs = getattr(self, field), getattr(other, field)
             if mine != theirs:
                 return f"{field}: recorded {_short(mine)}, found {_short(theirs)}"
@@ -116,9 +117,9 @@ def resolution_path(lock_path: Path, lock: Lock) -> Path:
 def load_resolution(path: Path, lock: Lock) -> Resolution:
     """Read a resolution and refuse one that was resolved for another lock."""
     resolution = read_model(path, Resolution)
-    if resolution.lock_fingerprint != lock.fingerprint:
+    if resolution.environment_fingerprint != lock.environment_fingerprint:
         raise RunnerError(
-            f"{path}: resolved for lock {resolution.lock_fingerprint}, but the lock is now "
-            f"{lock.fingerprint}: run 'runner resolve' again"
+            f"{path}: resolved for environment {resolution.environment_fingerprint}, but the "
+            f"lock's is now {lock.environment_fingerprint}: run 'runner resolve' again"
         )
     return resolution

@@ -39,7 +39,7 @@ def _resolution(*artifacts: Artifact) -> Resolution:
     lock = load_lock(DEMO)
     return Resolution(
         lock_name=lock.name,
-        lock_fingerprint=lock.fingerprint,
+        environment_fingerprint=lock.environment_fingerprint,
         arch="aarch64",
         suite="trixie",
         tools=ResolverTools(apt="apt 2.6.1 (amd64)", npm="11.19.1", pip="pip 26.3"),
@@ -67,7 +67,9 @@ def test_unknown_field_is_refused(tmp_path: Path) -> None:
 
 def test_resolution_of_another_lock_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "demo.resolved.json"
-    write_model(path, _resolution().model_copy(update={"lock_fingerprint": "sha256:" + "0" * 64}))
+    write_model(
+        path, _resolution().model_copy(update={"environment_fingerprint": "sha256:" + "0" * 64})
+    )
     with pytest.raises(RunnerError, match="run 'runner resolve' again"):
         load_resolution(path, load_lock(DEMO))
 

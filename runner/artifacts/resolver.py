@@ -96,7 +96,7 @@ async def resolve_lock(
     report = await fetch_all(store, list(wanted.values()), console)
     resolution = Resolution(
         lock_name=lock.name,
-        lock_fingerprint=lock.fingerprint,
+        environment_fingerprint=lock.environment_fingerprint,
         arch=lock.guest.arch,
         suite=lock.guest.suite,
         tools=await _resolver_tools(),
