@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import paramiko
 from pydantic import Field
 
 from runner.files import read_model
 from runner.lock import FrozenModel, Slug
-from runner.transport import GuestError, GuestTransport
+from runner.transport import GuestError
 
 DEFAULT_LAB = "default"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -135,6 +136,9 @@ def load_lab_state(paths: LabPaths) -> LabState:
     return read_model(paths.state, LabState)
 
 
+_SSH_STEP_SECONDS = 60.0
+
+
 def _sshd_banner_seen(state: LabState) -> bool:
     """Whether the guest's sshd greets on the forwarded port. QEMU accepts on the host port
     before the guest listens; probing the banner first keeps Paramiko (which logs a traceback
@@ -149,14 +153,32 @@ def _sshd_banner_seen(state: LabState) -> bool:
 
 def guest_machine(state: LabState, wait_seconds: float = 0) -> str:
     """The guest's ``uname -m`` over SSH, waiting up to ``wait_seconds`` for sshd to greet;
-    ``GuestError`` when it does not."""
+    ``GuestError`` when it does not. Every step is bounded (a guest starved of CPU under TCG
+    can accept a connection and then stall), so this never hangs."""
     deadline = time.monotonic() + wait_seconds
     while not _sshd_banner_seen(state):
         if time.monotonic() >= deadline:
             raise GuestError(f"guest sshd does not answer on {state.ssh_host}:{state.ssh_port}")
         time.sleep(2)
-    transport = GuestTransport(
-        state.ssh_host, state.ssh_port, Path(state.private_key), state.ssh_user
-    )
-    with transport.connect(wait_seconds=30) as guest:
-        return guest.check("uname -m", timeout=60).stdout.strip()
+    client = paramiko.SSHClient()
+    # The guest's host key is made at its first boot; the port is host loopback only.
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+    try:
+        client.connect(
+            state.ssh_host,
+            port=state.ssh_port,
+            username=state.ssh_user,
+            key_filename=state.private_key,
+            timeout=_SSH_STEP_SECONDS,
+            banner_timeout=_SSH_STEP_SECONDS,
+            auth_timeout=_SSH_STEP_SECONDS,
+            channel_timeout=_SSH_STEP_SECONDS,
+            allow_agent=False,
+            look_for_keys=False,
+        )
+        _stdin, stdout, _stderr = client.exec_command("uname -m", timeout=_SSH_STEP_SECONDS)
+        return str(stdout.read().decode().strip())
+    except (OSError, paramiko.SSHException, EOFError) as error:
+        raise GuestError(f"guest at {state.ssh_host}:{state.ssh_port}: {error}") from None
+    finally:
+        client.close()

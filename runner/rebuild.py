@@ -24,7 +24,12 @@ from runner.teardown import lab_option
     show_default=True,
     help="pyinfra inventory naming the hypervisor (relative to the repository).",
 )
-def rebuild_command(lab: str, inventory: Path) -> None:
+@click.option(
+    "--limit",
+    default=None,
+    help="Only these inventory groups, e.g. 'hypervisors': the VM without the guest's software.",
+)
+def rebuild_command(lab: str, inventory: Path, limit: str | None) -> None:
     """Tear lab LAB down and deploy it again from the image (``pyinfra -y INVENTORY deploy.py``)."""
     started = time.monotonic()
     for line in teardown_lab(lab, LabPaths.for_lab(lab)):
@@ -33,8 +38,9 @@ def rebuild_command(lab: str, inventory: Path) -> None:
     click.echo(f"teardown: {teardown_seconds:.1f} s")
 
     started = time.monotonic()
+    limit_arguments = ["--limit", limit] if limit else []
     deploy = subprocess.run(
-        ["pyinfra", "-y", str(inventory), "deploy.py"],
+        ["pyinfra", "-y", *limit_arguments, str(inventory), "deploy.py"],
         cwd=REPO_ROOT,
         env={**os.environ, "LAB": lab},
         check=False,

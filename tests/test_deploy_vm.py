@@ -1,5 +1,6 @@
-"""The lab on the real hypervisor: deploy, idempotence, teardown (also of a broken create),
-rebuild. Needs libvirt, QEMU and the image (built on first use); runs its own lab "pytest".
+"""The lab VM on the real hypervisor: deploy, idempotence, teardown (also of a create killed
+half-way), rebuild. Needs libvirt, QEMU and the image (built on first use); runs its own lab
+"pytest", hypervisor side only (``--limit hypervisors``: the guest's software is tested apart).
 
 The tests run in file order and share the lab; each leaves it as the next expects.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -25,15 +27,18 @@ PATHS = LabPaths.for_lab(LAB)
 ALL_UNCHANGED = re.compile(r"Grand total\s+(\d+)\s+-\s+-\s+\1\s*$", re.MULTILINE)
 
 
-def run(argv: list[str], lock: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "LAB": LAB}
-    if lock is not None:
-        env["LOCK"] = str(lock)
-    return subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+ENV = {**os.environ, "LAB": LAB}
 
 
-def deploy(lock: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return run(["pyinfra", "-y", "inventory/local.py", "deploy.py"], lock)
+def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=REPO_ROOT, env=ENV, capture_output=True, text=True)
+
+
+DEPLOY = ["pyinfra", "-y", "--limit", "hypervisors", "inventory/local.py", "deploy.py"]
+
+
+def deploy() -> subprocess.CompletedProcess[str]:
+    return run(DEPLOY)
 
 
 def virsh(*args: str) -> str:
@@ -92,22 +97,29 @@ def test_teardown_leaves_no_domain_volume_or_overlay_then_has_nothing_to_do() ->
     assert f"lab {LAB}: nothing to do" in second.stdout
 
 
-def test_teardown_after_a_broken_create_leaves_nothing(tmp_path: Path) -> None:
-    # A CPU model QEMU does not know: pool, volumes, overlay and domain definition are made,
-    # then the domain fails to start.
-    lock_text = (REPO_ROOT / "locks/demo.toml").read_text()
-    broken = tmp_path / "broken.toml"
-    broken.write_text(lock_text.replace('cpu_model = "cortex-a57"', 'cpu_model = "no-such-cpu"'))
-    result = deploy(lock=broken)
-    assert result.returncode != 0
-    assert DOMAIN in virsh("list", "--all", "--name").split()
+def test_teardown_after_a_create_killed_half_way_leaves_nothing() -> None:
+    # Killed once the domain is defined: pool, volumes, overlay and a booting domain exist.
+    create = subprocess.Popen(
+        DEPLOY, cwd=REPO_ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while DOMAIN not in virsh("list", "--all", "--name").split():
+            assert create.poll() is None, "the deploy ended before defining the domain"
+            assert time.monotonic() < deadline, "no domain after 600 s"
+            time.sleep(0.5)
+    finally:
+        create.kill()
+        create.wait()
+    assert DOMAIN in virsh("pool-list", "--all", "--name").split()
     teardown = run(["runner", "teardown", "--lab", LAB])
     assert teardown.returncode == 0, teardown.stderr
+    assert f"undefined domain {DOMAIN}" in teardown.stdout
     assert_nothing_left()
 
 
 def test_rebuild_deploys_a_fresh_lab() -> None:
-    result = run(["runner", "rebuild", "--lab", LAB])
+    result = run(["runner", "rebuild", "--lab", LAB, "--limit", "hypervisors"])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert re.search(r"^teardown: [\d.]+ s$", result.stdout, re.MULTILINE)
     assert re.search(r"^deploy: [\d.]+ s$", result.stdout, re.MULTILINE)
