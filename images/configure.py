@@ -9,6 +9,7 @@ sources and no timers that would run during a benchmark.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from images.buildlog import BuildLog
 from images.recipe import GUEST_OVERLAY_DIR, Recipe
 
 DPKG_STATUS = Path("var/lib/dpkg/status")
+APT_PARTIAL_DIRS = ("var/cache/apt/archives/partial", "var/lib/apt/lists/partial")
 
 
 def copy_overlay(rootfs: Path, overlay: Path = GUEST_OVERLAY_DIR) -> list[str]:
@@ -59,6 +61,10 @@ def configure(rootfs: Path, recipe: Recipe, log: BuildLog) -> None:
         log.note(f"overlay: /{path}")
     for name in remove_host_keys(rootfs):
         log.note(f"removed host key /etc/ssh/{name}")
+    # Two builds from the same inputs differed only here: apt hands these to _apt on some runs
+    # and not others. root owns them in the image; apt re-chowns them when it next downloads.
+    for partial in APT_PARTIAL_DIRS:
+        os.chown(rootfs / partial, 0, 0)
     (rootfs / "etc/machine-id").write_text("")
     (rootfs / "var/lib/dbus/machine-id").unlink(missing_ok=True)
     # systemctl only writes symlinks here; it runs emulated but takes a second.
