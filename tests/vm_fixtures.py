@@ -33,7 +33,7 @@ def _answers(paths: LabPaths) -> bool:
     if not paths.state.exists():
         return False
     try:
-        guest_machine(load_lab_state(paths), wait_seconds=10)
+        guest_machine(load_lab_state(paths), wait_seconds=120)
     except RunnerError:
         return False
     return True
