@@ -4,6 +4,9 @@ from pathlib import Path
 
 import pytest
 
+# Session fixtures of the real-VM tier (vm_lab, frozen_lab).
+pytest_plugins = ["tests.vm_fixtures"]
+
 REPO = Path(__file__).resolve().parent.parent
 
 

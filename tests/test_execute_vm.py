@@ -18,7 +18,6 @@ from runner.lab import REPO_ROOT, LabState
 from runner.ledger import Ledger
 from runner.paths import RunPaths
 from runner.transport import GuestTransport
-from tests.vm_fixtures import frozen_lab, vm_lab  # noqa: F401  (session fixtures)
 
 pytestmark = pytest.mark.vm
 DEMO = REPO_ROOT / "locks" / "demo.toml"
@@ -41,7 +40,7 @@ def overhead(line_phases: dict[str, float], wall: float) -> float:
     return wall - sum(line_phases.get(name, 0.0) for name in inside)
 
 
-def test_demo_lock_end_to_end(frozen_lab: LabState, tmp_path: Path) -> None:  # noqa: F811
+def test_demo_lock_end_to_end(frozen_lab: LabState, tmp_path: Path) -> None:
     run_dir = tmp_path / "demo"
     result = execute(str(DEMO), "--run-dir", str(run_dir), "--lab", frozen_lab.lab)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
@@ -54,9 +53,7 @@ def test_demo_lock_end_to_end(frozen_lab: LabState, tmp_path: Path) -> None:  # 
             f"phases {line.phase_seconds}"
         )
     outcomes = {(line.model, line.harness): line.outcome for line in lines}
-    assert {outcome for (model, _), outcome in outcomes.items() if model == "reference"} == {
-        "pass"
-    }
+    assert {outcome for (model, _), outcome in outcomes.items() if model == "reference"} == {"pass"}
     assert {outcome for (model, _), outcome in outcomes.items() if model == "wrong"} == {"fail"}
     assert all(line.physical_posts >= line.logical_attempts > 0 for line in lines)
     receipt = json.loads(paths.receipt.read_text())
@@ -75,15 +72,14 @@ def deadline_lock(tmp_path: Path, deadline: int) -> Path:
     head = head.replace("cell_deadline_seconds = ", f"cell_deadline_seconds = {deadline} #")
     path = tmp_path / "deadline.toml"
     path.write_text(
-        head
-        + '[[models]]\nid = "stall"\nprovider = "scripted"\nmodel = "stalled"\n'
+        head + '[[models]]\nid = "stall"\nprovider = "scripted"\nmodel = "stalled"\n'
         'thinking = "off"\napi = "openai-completions"\nbase_url = "scripted://local"\n'
         'key_env = "SCRIPTED_PROVIDER_KEY"\n'
     )
     return path
 
 
-def test_kill_mid_run_resume_and_deadline(frozen_lab: LabState, tmp_path: Path) -> None:  # noqa: F811
+def test_kill_mid_run_resume_and_deadline(frozen_lab: LabState, tmp_path: Path) -> None:
     lock = deadline_lock(tmp_path, deadline=150)
     run_dir = tmp_path / "deadline"
     paths = RunPaths(run_dir)

@@ -27,6 +27,7 @@ from runner.lab import REPO_ROOT, LabPaths, LabState, guest_machine, load_lab_st
 from runner.reset import reset_lab
 
 VM_TEST_LAB = os.environ.get("VM_TEST_LAB", "vmtest")
+VM_TEST_LOCK = "locks/demo.toml"
 
 
 def _answers(paths: LabPaths) -> bool:
@@ -43,12 +44,20 @@ def _answers(paths: LabPaths) -> bool:
 def vm_lab() -> LabState:
     paths = LabPaths.for_lab(VM_TEST_LAB)
     if not _answers(paths):
-        result = subprocess.run(
+        # As the README's first command does: artifacts into the host cache, then converge.
+        for command in (
+            ["runner", "resolve", VM_TEST_LOCK],
             ["pyinfra", "-y", "inventory/local.py", "deploy.py"],
-            cwd=REPO_ROOT, env={**os.environ, "LAB": VM_TEST_LAB},
-            capture_output=True, text=True, check=False,
-        )
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        ):
+            result = subprocess.run(
+                command,
+                cwd=REPO_ROOT,
+                env={**os.environ, "LAB": VM_TEST_LAB, "LOCK": VM_TEST_LOCK},
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return load_lab_state(paths)
 
 
