@@ -1,12 +1,12 @@
 """What the host prepares for the guest and adds to the artifact store, as plain tar blobs.
 
-The guest has no network and a slow CPU, so work that needs a registry client or many small files
-happens here: each harness's npm tree is installed by ``npm ci --offline`` from the frozen
-lockfile and the stored tarballs (for the guest's os/cpu/libc, no install scripts), and the task
-dirs and the runner package are packed. Each bundle is an uncompressed tar (the guest unpacks it
-straight from the 9p share; gunzip under TCG would cost more than the bytes) with fixed owners,
-modes and times, added to the store by its sha256. A harness tree is built once per lockfile:
-``bundles/<key>`` in the cache remembers the blob built for those inputs.
+The guest has no network and a slow CPU, so work that needs a registry client, many small files
+or gunzip happens here: each harness's npm tree is installed by ``npm ci --offline`` from the
+frozen lockfile and the stored tarballs (for the guest's os/cpu/libc, no install scripts), the
+runtimes' npm tarballs are unzipped, and the task dirs and the runner package are packed. Each
+bundle is an uncompressed tar (the guest unpacks it straight from the 9p share) with fixed
+owners, modes and times, added to the store by its sha256. A bundle built from stored inputs is
+built once: ``bundles/<inputs digest>`` in the cache remembers its blob.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from runner.artifacts.platform import GuestPlatform
 from runner.artifacts.store import ArtifactStore
 from runner.canonical import canonical_json, sha256_digest
 from runner.errors import RunnerError
-from runner.resolution import HarnessTree, Resolution
+from runner.resolution import Artifact, HarnessTree, Resolution
 
 # Bump when a bundle's recipe changes, so cached bundles are not taken for the new recipe.
-BUNDLE_RECIPE = 1
+BUNDLE_RECIPE = 2
 _SKIPPED = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
 
 
@@ -83,6 +83,37 @@ def _remember_bundle(paths: CachePaths, key: str, digest: str) -> None:
     index.write_text(digest + "\n")
 
 
+def runtime_bundle(store: ArtifactStore, paths: CachePaths, artifact: Artifact) -> str:
+    """A runtime's npm tarball (``package/bin/node``) as an uncompressed tar of its ``bin/`` and
+    top-level files, without the ``package/`` level: under TCG, gunzip of Node's 50 MB took the
+    guest minutes."""
+    key = sha256_digest(canonical_json({"recipe": BUNDLE_RECIPE, "runtime": artifact.sha256}))
+    cached = _cached_bundle(store, paths, key)
+    if cached is not None:
+        return cached
+    temp = store.temp_path(f"{artifact.filename}.tar")
+    try:
+        with (
+            tarfile.open(store.blob(artifact.sha256), "r:gz") as source,
+            tarfile.open(temp, "w", format=tarfile.GNU_FORMAT) as target,
+        ):
+            for member in source:
+                if member.name.rstrip("/") in ("package", ""):
+                    continue
+                if not member.name.startswith("package/"):
+                    raise RunnerError(f"{artifact.filename}: {member.name} is outside package/")
+                member.name = member.name.removeprefix("package/")
+                if "/" in member.name and not member.name.startswith("bin/"):
+                    continue  # Node's C headers and man pages: nothing runs them
+                content = source.extractfile(member) if member.isfile() else None
+                target.addfile(_tar_info(member), content)
+        digest = store.add_file(temp)
+    finally:
+        temp.unlink(missing_ok=True)
+    _remember_bundle(paths, key, digest)
+    return digest
+
+
 def harness_tree_bundle(
     store: ArtifactStore, paths: CachePaths, resolution: Resolution, tree: HarnessTree
 ) -> str:
@@ -122,7 +153,8 @@ def harness_tree_bundle(
                 link = links / f"{artifact.sha256.removeprefix('sha256:')}.tgz"
                 link.symlink_to(blob)
                 registry_tarballs.append(str(link))
-        _npm(["cache", "add", "--cache", str(npm_cache), *registry_tarballs], project, tree)
+        if registry_tarballs:
+            _npm(["cache", "add", "--cache", str(npm_cache), *registry_tarballs], project, tree)
         _npm(
             [
                 "ci", "--offline", "--ignore-scripts", "--no-audit", "--no-fund",

@@ -18,7 +18,7 @@ from pyinfra.api.deploy import deploy
 from pyinfra.operations import files, server, systemd
 
 from deploy.guest import operations as guest
-from deploy.guest.bundles import harness_tree_bundle, pack_directory
+from deploy.guest.bundles import harness_tree_bundle, pack_directory, runtime_bundle
 from runner.artifacts.paths import CachePaths
 from runner.artifacts.store import ArtifactStore
 from runner.canonical import canonical_json, sha256_digest
@@ -28,10 +28,13 @@ from runner.lab import REPO_ROOT
 from runner.lock import Lock, TaskSource
 from runner.resolution import Artifact, Resolution, load_resolution, resolution_path
 
-# Mount options as /proc/self/mountinfo shows them (pyinfra's server.mount compares these);
-# fstab carries the full set. A large msize lets 9p move big reads in few round trips.
-_MOUNT_OPTIONS = ("ro", "trans=virtio")
-_FSTAB_OPTIONS = "trans=virtio,version=9p2000.L,ro,msize=512000,cache=loose,nofail"
+# Mount options exactly as /proc/self/mountinfo shows them (pyinfra's server.mount compares
+# them); fstab has the same. msize: 512000 is virtio-9p's largest. cache=0xf is cache=loose as the
+# kernel writes it: the guest caches and reads ahead, which is safe because a blob of the store
+# never changes (its name is its digest). Measured under TCG on a loaded host: 9-14 MB/s without
+# the cache, 40-90 MB/s with it; 1.5-1.9 MB/s with the default msize.
+_MOUNT_OPTIONS = ("ro", "trans=virtio", "msize=512000", "cache=0xf")
+_FSTAB_OPTIONS = ",".join((*_MOUNT_OPTIONS, "nofail"))
 
 # The local base image: the guest's own userland (a tar of its own files, no registry) with the
 # task containers' frozen artifacts at the path runner.harbor_agents reads them from. /usr/bin is
@@ -135,8 +138,8 @@ def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
         )
     node, bun = _one(resolution, "node-binary"), _one(resolution, "bun-binary")
     runtimes = (
-        Bundle("node", node.sha256, str(GUEST.node_dir)),
-        Bundle("bun", bun.sha256, str(GUEST.bun_dir)),
+        Bundle("node", runtime_bundle(store, paths, node), str(GUEST.node_dir)),
+        Bundle("bun", runtime_bundle(store, paths, bun), str(GUEST.bun_dir)),
     )
     archives = GUEST.container_artifacts
     runtime_archives = (
@@ -205,7 +208,8 @@ def guest_provisioning(plan: GuestPlan) -> None:
     files.line(
         name="Artifact store in fstab (read-only 9p)",
         path="/etc/fstab",
-        line=f"{ARTIFACTS_MOUNT_TAG} {mount} 9p {_FSTAB_OPTIONS} 0 0",
+        line=f"^{ARTIFACTS_MOUNT_TAG} ",
+        replace=f"{ARTIFACTS_MOUNT_TAG} {mount} 9p {_FSTAB_OPTIONS} 0 0",
     )
     server.mount(
         name="Artifact store mounted (read-only 9p)",
@@ -235,7 +239,6 @@ def guest_provisioning(plan: GuestPlan) -> None:
             blob=runtime.blob,
             dest=runtime.dest,
             digest=runtime.digest,
-            strip_components=1,
             check=f"bin/{runtime.unit}",
         )
     for archive in plan.runtime_archives:

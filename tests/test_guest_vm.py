@@ -1,0 +1,120 @@
+"""The provisioned arm64 guest, for real: versions equal the lock's, a task container builds from
+the local base image and runs, and a second deploy changes nothing.
+
+Uses lab $GUEST_TEST_LAB (default "guest"), deployed in full first (VM, then guest): a cold
+lab takes tens of minutes under TCG, an unchanged one well under one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runner.guest_layout import DOCKER_HOST, GUEST
+from runner.lab import REPO_ROOT, LabPaths, load_lab_state
+from runner.lock import load_lock
+from runner.transport import GuestTransport
+
+pytestmark = pytest.mark.vm
+
+LAB = os.environ.get("GUEST_TEST_LAB", "guest")
+LOCK = load_lock(REPO_ROOT / "locks" / "demo.toml")
+# The guest's row of pyinfra's results table: every operation under "No Change".
+GUEST_UNCHANGED = re.compile(rf"@lab/{LAB}\s+(\d+)\s+-\s+-\s+\1\s*$", re.MULTILINE)
+
+
+def deploy(*limit: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["pyinfra", "-y", "inventory/local.py", "deploy.py", *limit],
+        cwd=REPO_ROOT,
+        env={**os.environ, "LAB": LAB, "LOCK": "locks/demo.toml"},
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def guest() -> Iterator[GuestTransport]:
+    result = deploy()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    state = load_lab_state(LabPaths.for_lab(LAB))
+    with GuestTransport(
+        state.ssh_host, state.ssh_port, Path(state.private_key), state.ssh_user
+    ).connect(120) as transport:
+        yield transport
+
+
+def run(guest: GuestTransport, command: str, timeout: float = 600) -> str:
+    return guest.check(command, timeout=timeout).stdout.strip()
+
+
+def test_second_deploy_of_the_guest_changes_nothing_and_says_so() -> None:
+    result = deploy("--limit", "lab_guests")
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert GUEST_UNCHANGED.search(result.stdout), result.stdout[-3000:]
+    assert (
+        "already installed from" in result.stdout + result.stderr or "No changes" in result.stdout
+    )
+
+
+def test_the_guest_cannot_reach_a_registry(guest: GuestTransport) -> None:
+    reach = guest.exec("timeout 20 bash -c '</dev/tcp/registry.npmjs.org/443'", timeout=60)
+    assert reach.exit_code != 0
+
+
+def test_runtime_and_tool_versions_equal_the_lock(guest: GuestTransport) -> None:
+    assert run(guest, f"{GUEST.runtime_bin('node')} --version") == f"v{LOCK.tools.node}"
+    assert run(guest, f"{GUEST.runtime_bin('bun')} --version") == LOCK.tools.bun
+    assert run(guest, f"{GUEST.harbor} --version") == LOCK.tools.harbor
+    assert run(guest, "podman --version") == f"podman version {LOCK.tools.podman}"
+
+
+@pytest.mark.parametrize("harness", LOCK.harnesses, ids=lambda harness: harness.id)
+def test_each_harness_runs_at_its_pinned_version(guest: GuestTransport, harness) -> None:
+    node_bin = GUEST.runtime_bin("node").parent
+    command = GUEST.harness_command(harness.id, harness.agent)
+    # pi --version took 39 s in the arm64 guest (FIELD-NOTES): under TCG, give it room.
+    version = run(guest, f"PATH={node_bin}:$PATH {command} --version", timeout=900)
+    assert version == harness.package.version
+
+
+def test_the_demo_package_is_in_its_harness_tree(guest: GuestTransport) -> None:
+    tree = GUEST.harness_tree("pi-demo")
+    manifest = run(guest, f"cat {tree}/node_modules/pi-bench-demo/package.json")
+    assert '"pi-bench-demo"' in manifest and '"extensions"' in manifest
+
+
+def test_the_runner_agents_import_in_harbors_venv(guest: GuestTransport) -> None:
+    python = GUEST.harbor_venv / "bin" / "python"
+    found = run(guest, f"{python} -c 'import runner.harbor_agents.agents as a; print(a.PiAgent)'")
+    assert "runner.harbor_agents.agents.PiAgent" in found
+
+
+def test_podman_answers_on_the_docker_socket(guest: GuestTransport) -> None:
+    assert run(guest, "systemctl is-enabled podman.socket") == "enabled"
+    assert run(guest, f"DOCKER_HOST={DOCKER_HOST} docker version --format '{{{{.Server.Version}}}}'"
+               ) == LOCK.tools.podman  # fmt: skip
+
+
+@pytest.mark.parametrize("task", LOCK.tasks.ids)
+def test_a_task_container_builds_from_the_local_base_image_and_runs(
+    guest: GuestTransport, task: str
+) -> None:
+    tag = f"localhost/bench-test-{task}:latest"
+    context = GUEST.task(task) / "environment"
+    run(guest, f"podman build --pull=never -q -t {tag} {context}", timeout=1200)
+    archive = GUEST.image_artifacts.runtime_archive("node", LOCK.tools.node)
+    pi = GUEST.image_artifacts.harness_tree("pi-demo") / "node_modules" / ".bin" / "pi"
+    check = (
+        "python3 -c 'import sqlite3, asyncio; print(42)' && git --version "
+        f"&& test -s {archive} && test -e {pi}"
+    )
+    out = run(guest, f"podman run --rm --network none {tag} bash -c {shlex.quote(check)}", 600)
+    assert out.splitlines()[0] == "42"
+    run(guest, f"podman rmi {tag}")
