@@ -113,7 +113,7 @@ def prepare_lab(
     volumes = LabVolumes.for_lab(name, manifest)
     state = LabState(
         lab=lab,
-        lock_fingerprint=lock.fingerprint,
+        environment_fingerprint=lock.environment_fingerprint,
         libvirt_uri=libvirt_uri,
         domain_name=name,
         domain_uuid=lab_uuid(lab),

@@ -47,15 +47,16 @@ class ExecuteOptions:
 
 
 def check_identities(run: OpenRun, lab: LabState, manifest: FreezeManifest) -> None:
-    fingerprint = run.lock.fingerprint
-    if lab.lock_fingerprint != fingerprint:
+    fingerprint = run.lock.environment_fingerprint
+    if lab.environment_fingerprint != fingerprint:
         raise InputError(
-            f"lab {lab.lab} was provisioned for lock {lab.lock_fingerprint}, not {fingerprint}"
+            f"lab {lab.lab} was provisioned for environment {lab.environment_fingerprint}, "
+            f"not this lock's {fingerprint}: deploy the lab for this lock"
         )
-    if manifest.lock_fingerprint != fingerprint:
+    if manifest.environment_fingerprint != fingerprint:
         raise InputError(
-            f"lab {lab.lab} was frozen for lock {manifest.lock_fingerprint}, not {fingerprint}: "
-            "run `runner freeze` again"
+            f"lab {lab.lab} was frozen for environment {manifest.environment_fingerprint}, not "
+            f"this lock's {fingerprint}: run `runner freeze` again"
         )
 
 

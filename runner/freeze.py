@@ -71,28 +71,28 @@ def zero_free_memory(guest: GuestTransport) -> None:
         raise RunnerError(f"zeroing the guest's free memory failed ({result.exit_code}): {last}")
 
 
-def lock_fingerprint_for(lab: LabState, lock_path: Path | None) -> str:
-    """The lab's lock fingerprint; a lock given on the command line must be the lab's."""
+def environment_fingerprint_for(lab: LabState, lock_path: Path | None) -> str:
+    """The lab's environment fingerprint; a lock given on the command line must share it."""
     if lock_path is None:
-        return lab.lock_fingerprint
-    fingerprint = load_lock(lock_path).fingerprint
-    if fingerprint != lab.lock_fingerprint:
+        return lab.environment_fingerprint
+    fingerprint = load_lock(lock_path).environment_fingerprint
+    if fingerprint != lab.environment_fingerprint:
         raise InputError(
-            f"{lock_path}: lock {fingerprint} is not the one lab {lab.lab} was deployed for "
-            f"({lab.lock_fingerprint})"
+            f"{lock_path}: environment {fingerprint} is not the one lab {lab.lab} was deployed "
+            f"for ({lab.environment_fingerprint})"
         )
     return fingerprint
 
 
 def freeze_lab(lab_name: str, scope: FreezeScope, lock_path: Path | None = None) -> Frozen:
     lab = load_lab_state(LabPaths.for_lab(lab_name))
-    fingerprint = lock_fingerprint_for(lab, lock_path)
+    fingerprint = environment_fingerprint_for(lab, lock_path)
     with guest_transport(lab).connect(GUEST_WAIT_SECONDS) as guest:
         collected, seconds = collect(guest, scope)
         zero_free_memory(guest)
     manifest = FreezeManifest(
         lab=lab.lab,
-        lock_fingerprint=fingerprint,
+        environment_fingerprint=fingerprint,
         scope=scope,
         state=GuestState.of(collected, scope),
     )

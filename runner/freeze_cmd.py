@@ -39,6 +39,6 @@ def freeze_command(lab: str, lock_path: Path | None) -> None:
     click.echo(f"kernel        {state.kernel}")
     click.echo(f"collected in  {frozen.collect_seconds:.1f} s")
     click.echo(f"manifest      {FreezePaths.for_lab(lab).manifest}")
-    click.echo(f"lock          {frozen.manifest.lock_fingerprint}")
+    click.echo(f"environment   {frozen.manifest.environment_fingerprint}")
     click.echo(f"saved state   {frozen.saved.memory_image}")
     click.echo(f"freeze sha256: {frozen.manifest.sha256} ({time.monotonic() - started:.1f} s)")

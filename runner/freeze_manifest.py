@@ -107,7 +107,7 @@ class GuestState(FrozenModel):
 class FreezeManifest(FrozenModel):
     schema_version: Literal[1] = SCHEMA_VERSION
     lab: Slug
-    lock_fingerprint: Digest
+    environment_fingerprint: Digest
     scope: FreezeScope
     state: GuestState
 

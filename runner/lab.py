@@ -113,7 +113,8 @@ class ImageRef(FrozenModel):
 class LabState(FrozenModel):
     schema_version: Literal[1] = 1
     lab: Slug
-    lock_fingerprint: str
+    # The lock's environment fingerprint: what the guest was provisioned from.
+    environment_fingerprint: str
     libvirt_uri: str
     domain_name: str
     domain_uuid: str

@@ -15,5 +15,5 @@ def manifest_of(
     frozen_scope = FreezeScope.model_validate(scope)
     state = GuestState.of(Collected.model_validate(collected), frozen_scope)
     return FreezeManifest(
-        lab=lab, lock_fingerprint=LOCK_FINGERPRINT, scope=frozen_scope, state=state
+        lab=lab, environment_fingerprint=LOCK_FINGERPRINT, scope=frozen_scope, state=state
     )

@@ -55,7 +55,10 @@ def test_report_writes_receipt_markdown_and_png(seed_lock_path: Path, tmp_path: 
     assert "status: completed_with_indeterminate" in result.stdout
     receipt = json.loads(paths.receipt.read_text())
     assert receipt["credential_scan"] == "clean" and receipt["final_verify"] == "passed"
-    assert [b["status"] for b in receipt["batches"]] == ["completed_with_indeterminate", "completed"]
+    assert [b["status"] for b in receipt["batches"]] == [
+        "completed_with_indeterminate",
+        "completed",
+    ]
     assert "-84.7 %" in paths.report_md.read_text()
     assert paths.report_png.read_bytes().startswith(b"\x89PNG")
 

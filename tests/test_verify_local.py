@@ -27,8 +27,12 @@ OURS = ("file:", "tree:", "venv:", "kernel:")
 
 def collect(scope: FreezeScope) -> Collected:
     script = resources.files("runner").joinpath("guest/collect_state.py").read_bytes()
-    result = subprocess.run([sys.executable, "-", scope.model_dump_json()], input=script,
-                            capture_output=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-", scope.model_dump_json()],
+        input=script,
+        capture_output=True,
+        check=True,
+    )
     return Collected.model_validate(json.loads(result.stdout))
 
 
@@ -50,21 +54,35 @@ def guest_tree(tmp_path: Path) -> Path:
     return root
 
 
-def test_audit_passes_on_the_frozen_state_and_names_each_drift(guest_tree: Path,
-                                                               tmp_path: Path) -> None:
+def test_audit_passes_on_the_frozen_state_and_names_each_drift(
+    guest_tree: Path, tmp_path: Path
+) -> None:
     root = str(guest_tree)
-    scope = FreezeScope(files=(f"{root}/bin/*",), trees=(f"{root}/opt", f"{root}/none"),
-                        tree_excludes=("__pycache__",), venv_roots=(f"{root}/venvs",),
-                        venv_search_depth=1)
-    manifest = FreezeManifest(lab="local", lock_fingerprint="sha256:" + "0" * 64, scope=scope,
-                              state=GuestState.of(collect(scope), scope))
+    scope = FreezeScope(
+        files=(f"{root}/bin/*",),
+        trees=(f"{root}/opt", f"{root}/none"),
+        tree_excludes=("__pycache__",),
+        venv_roots=(f"{root}/venvs",),
+        venv_search_depth=1,
+    )
+    manifest = FreezeManifest(
+        lab="local",
+        environment_fingerprint="sha256:" + "0" * 64,
+        scope=scope,
+        state=GuestState.of(collect(scope), scope),
+    )
     host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     assert set(manifest.state.venvs) == {f"{root}/venvs/harbor"}
 
     clean = audit(manifest, host, tmp_path / "evidence")
     assert our_drifts(clean) == []
-    assert {check.partition(":")[0] for check in clean.checks} >= {"file", "tree", "venv",
-                                                                     "dpkg", "kernel"}
+    assert {check.partition(":")[0] for check in clean.checks} >= {
+        "file",
+        "tree",
+        "venv",
+        "dpkg",
+        "kernel",
+    }
     events = list(Path(clean.evidence).glob("artifacts/*/job_events/*.json"))
     assert events, "the job events are kept as evidence"
 
@@ -83,16 +101,25 @@ def test_audit_passes_on_the_frozen_state_and_names_each_drift(guest_tree: Path,
         listener.listen()
         drifted = audit(manifest, host, tmp_path / "evidence")
 
-    sha = {name: "sha256:" + hashlib.sha256(data).hexdigest()
-           for name, data in {"v1": b"tool v1\n", "v2": b"tool v2\n", "x": b"x\n",
-                              "empty": b""}.items()}
-    assert sorted(our_drifts(drifted)) == sorted([
-        f"file:{root}/bin/new-tool: expected absent, found {sha['x']}",
-        f"file:{root}/bin/tool: expected {sha['v1']}, found {sha['v2']}",
-        f"tree:{root}/none/f: expected absent, found {sha['empty']}",
-        f"tree:{root}/opt/bench/link: expected symlink:a file.txt, found symlink:elsewhere",
-        f"venv:{root}/venvs/harbor:fake: expected absent, found fake==1.0",
-    ])
+    sha = {
+        name: "sha256:" + hashlib.sha256(data).hexdigest()
+        for name, data in {
+            "v1": b"tool v1\n",
+            "v2": b"tool v2\n",
+            "x": b"x\n",
+            "empty": b"",
+        }.items()
+    }
+    assert sorted(our_drifts(drifted)) == sorted(
+        [
+            f"file:{root}/bin/new-tool: expected absent, found {sha['x']}",
+            f"file:{root}/bin/tool: expected {sha['v1']}, found {sha['v2']}",
+            f"tree:{root}/none/f: expected absent, found {sha['empty']}",
+            f"tree:{root}/opt/bench/link: expected symlink:a file.txt, found symlink:elsewhere",
+            f"venv:{root}/venvs/harbor:fake: expected absent, found fake==1.0",
+        ]
+    )
     assert "listen:tcp/18765: expected absent, found listening" in [
-        drift.line for drift in drifted.drifts]
+        drift.line for drift in drifted.drifts
+    ]
     assert not drifted.passed and os.path.isfile(Path(drifted.evidence) / "report.json")
