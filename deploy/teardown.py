@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 import libvirt
 
 from deploy import virt
-from runner.errors import RunnerError
+from runner.errors import InputError, RunnerError
 from runner.files import read_model
 from runner.lab import LabPaths, LabState, libvirt_name
 
@@ -69,13 +69,20 @@ def _remove_pool(conn: libvirt.virConnect, name: str) -> list[str]:
     return removed
 
 
+def _recorded_uri(paths: LabPaths) -> str | None:
+    """lab.json's libvirt URI; None when there is none or it no longer validates (an older
+    schema, say): teardown must still work then."""
+    try:
+        return read_model(paths.state, LabState).libvirt_uri
+    except InputError:
+        return None
+
+
 def teardown_lab(lab: str, paths: LabPaths, uri: str | None = None) -> list[str]:
     """Remove lab ``lab`` (controller files in ``paths``); returns what was removed (empty:
     nothing to do). The libvirt URI is ``uri``, else lab.json's, else qemu:///system.
     """
-    if uri is None:
-        uri = read_model(paths.state, LabState).libvirt_uri if paths.state.exists() else DEFAULT_URI
-    conn = virt.connect(uri)
+    conn = virt.connect(uri or _recorded_uri(paths) or DEFAULT_URI)
     name = libvirt_name(lab)
     removed = _remove_domain(conn, name) + _remove_pool(conn, name)
     if paths.lab_dir.exists():

@@ -235,6 +235,7 @@ def test_teardown_removes_everything_then_has_nothing_to_do(
     paths = LabPaths(tmp_path / "lab")
     paths.lab_dir.mkdir()
     paths.private_key.write_text("key")
+    paths.state.write_text('{"schema_version": 0}')  # unreadable: teardown goes on regardless
     removed = teardown_lab(LAB, paths, uri)
     assert removed == [
         f"stopped domain {DOMAIN}",
