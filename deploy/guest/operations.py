@@ -127,7 +127,8 @@ def harbor_venv(
     links = f"{venv}.wheels"
     link_all = " && ".join(f"ln -s {_q(path)} {_q(f'{links}/{name}')}" for name, path in wheels)
     install = (
-        f"{_q(venv)}/bin/python /usr/share/python-wheels/pip-*.whl/pip install --quiet "
+        "pip_wheel=$(ls /usr/share/python-wheels/pip-*.whl) && "
+        f'{_q(venv)}/bin/python "$pip_wheel/pip" install --quiet '
         f"--no-index --find-links {_q(links)} --no-compile --disable-pip-version-check "
         f"{_q(requirement)}"
     )
