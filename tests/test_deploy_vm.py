@@ -73,7 +73,7 @@ def test_deploy_boots_the_guest_and_ssh_answers_with_its_arch() -> None:
 def test_second_deploy_changes_nothing_and_says_so() -> None:
     result = deploy()
     assert result.returncode == 0, result.stdout[-3000:]
-    assert ALL_UNCHANGED.search(result.stdout), result.stdout[-3000:]
+    assert ALL_UNCHANGED.search(result.stderr), result.stderr[-3000:]  # pyinfra logs to stderr
 
 
 def test_status_reports_the_running_lab() -> None:
