@@ -39,7 +39,6 @@ from tests.host_harnesses import with_host_omp
 from tests.test_tasks import TASKS, StandInContainer, needs_chroot
 
 REPO = Path(__file__).resolve().parent.parent
-HARBOR_PYTHON = REPO / ".cache" / "harbor-venv" / "bin" / "python"
 SEED = load_lock(REPO / "locks" / "seed-54.toml")
 DEMO = with_host_omp(load_lock(REPO / "locks" / "demo.toml"))
 PROXY_URL = "http://host.containers.internal:8931/v1"
@@ -157,8 +156,7 @@ for import_path, model_name in json.loads(sys.argv[3]):
 """
 
 
-@pytest.mark.skipif(not HARBOR_PYTHON.exists(), reason="no Harbor venv at .cache/harbor-venv")
-def test_harbor_loads_the_agents_by_import_path(tmp_path: Path) -> None:
+def test_harbor_loads_the_agents_by_import_path(tmp_path: Path, harbor_python: Path) -> None:
     lock = DEMO
     harness = next(h for h in lock.harnesses if h.id == "bare-pi")
     kwargs = {"harness": harness.model_dump(mode="json"),
@@ -170,7 +168,7 @@ def test_harbor_loads_the_agents_by_import_path(tmp_path: Path) -> None:
         ["runner.harbor_agents.agents:OmpAgent", "scripted/reference-solution"],
     ]
     done = subprocess.run(
-        [str(HARBOR_PYTHON), "-c", _LOAD_WITH_HARBOR, json.dumps(kwargs), str(tmp_path),
+        [str(harbor_python), "-c", _LOAD_WITH_HARBOR, json.dumps(kwargs), str(tmp_path),
          json.dumps(attempts)],
         capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(REPO)},
     )

@@ -164,11 +164,9 @@ def test_every_from_is_a_mapped_local_base_image() -> None:
     assert all(ref.startswith("localhost/") for ref in DEMO_LOCK.tasks.base_images.values())
 
 
-HARBOR_PYTHON = REPO / ".cache" / "harbor-venv" / "bin" / "python"
 
 
-@pytest.mark.skipif(not HARBOR_PYTHON.exists(), reason="no Harbor venv at .cache/harbor-venv")
-def test_harbor_reads_every_task_without_warnings() -> None:
+def test_harbor_reads_every_task_without_warnings(harbor_python: Path) -> None:
     read = (
         "import sys\n"
         "from harbor.models.task.task import Task\n"
@@ -177,7 +175,7 @@ def test_harbor_reads_every_task_without_warnings() -> None:
         "    print(task.paths.discovered_test_path.name, task.paths.discovered_solve_path.name)\n"
     )
     done = subprocess.run(
-        [str(HARBOR_PYTHON), "-W", "error", "-c", read, *(str(TASKS / t) for t in TASK_IDS)],
+        [str(harbor_python), "-W", "error", "-c", read, *(str(TASKS / t) for t in TASK_IDS)],
         capture_output=True, text=True, check=False,
     )
     assert done.returncode == 0, done.stderr
