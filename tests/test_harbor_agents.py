@@ -59,7 +59,7 @@ CASES = [
     (SEED, "openpi", "luna", "runtimes/node-22.23.5.tgz", "harnesses/openpi", "pi",
      "models.json", ["openpi"]),
     (SEED, "omp", "glm", "runtimes/bun-1.3.14.tgz", "harnesses/omp", "omp", "models.yml", []),
-    (DEMO, "omp", "scripted", "runtimes/bun-1.3.14.tgz", "harnesses/omp", "omp",
+    (DEMO, "omp", "reference", "runtimes/bun-1.3.14.tgz", "harnesses/omp", "omp",
      "models.yml", []),
 ]
 
@@ -102,7 +102,7 @@ def test_scripts_follow_the_lock(
 
 def test_instruction_is_one_argument_whatever_it_holds() -> None:
     instruction = "Don't run `rm -rf /`; echo \"$HOME\" $(id)\nsecond line"
-    plan = plan_for(DEMO, "bare-pi", "scripted")
+    plan = plan_for(DEMO, "bare-pi", "reference")
     run = run_script(plan, instruction)
     words = shlex.split(run[run.index(f"{plan.command} --session-dir"):])
     assert words[words.index("<") - 1] == instruction
