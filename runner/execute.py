@@ -101,8 +101,7 @@ def execute(options: ExecuteOptions, console: Console) -> Receipt:
     )
     canary = new_canary()
     write_atomic(paths.attempts_dir / "scan-canary.txt", canary.encode())
-    with CredentialProxy(paths) as proxy:
-        proxy.start(port=lab.proxy_port)
+    with CredentialProxy(paths, port=lab.proxy_port) as proxy:
         guest = GuestTransport(lab.ssh_host, lab.ssh_port, Path(lab.private_key), lab.ssh_user)
         with guest.connect(wait_seconds=120):
             cells = CellRunner(

@@ -4,11 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # no display on a benchmark host
-import matplotlib.pyplot as plt
-
 from runner.errors import InputError
 from runner.files import read_model, write_atomic, write_model
 from runner.ledger import Ledger
@@ -163,6 +158,12 @@ def render_markdown(receipt: Receipt) -> str:
 
 def plot(receipt: Receipt, path: Path) -> None:
     """Wall time and provider tokens per harness, one row per batch."""
+    # Imported here: matplotlib costs seconds of start-up that every other verb would pay.
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on a benchmark host
+    import matplotlib.pyplot as plt
+
     batches = receipt.batches
     figure, axes = plt.subplots(len(batches), 2, figsize=(11, 3.6 * len(batches)), squeeze=False)
     for row, batch in enumerate(batches):

@@ -99,8 +99,9 @@ def _offered_credential(request: web.Request) -> tuple[str, str]:
 class CredentialProxy:
     """Start it, then for each cell: ``open_cell`` -> bearer, run the harness, ``close_cell``."""
 
-    def __init__(self, paths: RunPaths) -> None:
+    def __init__(self, paths: RunPaths, port: int = 0) -> None:
         self._paths = paths
+        self._port = port  # 0: any free loopback port; a lab's proxy port is fixed in lab.json
         self._loop = uvloop.new_event_loop()  # libuv: about half the per-request overhead
         self._thread = threading.Thread(target=self._loop.run_forever, name="proxy", daemon=True)
         self._runner: web.AppRunner | None = None
@@ -114,9 +115,9 @@ class CredentialProxy:
 
     # -- blocking API for the executor -------------------------------------------------------
 
-    def start(self, port: int = 0) -> str:
+    def start(self, port: int | None = None) -> str:
         self._thread.start()
-        self.base_url = self._call(self._start(port))
+        self.base_url = self._call(self._start(self._port if port is None else port))
         return self.base_url
 
     def stop(self) -> None:
