@@ -38,7 +38,7 @@ _FSTAB_OPTIONS = ",".join((*_MOUNT_OPTIONS, "nofail"))
 
 # The local base image: the guest's own userland (a tar of its own files, no registry) with the
 # task containers' frozen artifacts at the path runner.harbor_agents reads them from. /usr/bin is
-# taken without its large programs (podman, ...) but with Python; what Python, git and the
+# taken without its large programs (podman, ...) but with Python and git; what they and the
 # harness scripts need from /usr/lib comes along whole.
 _ROOTFS_TREES = (
     "usr/lib/aarch64-linux-gnu", "usr/lib/python3.13", "usr/lib/git-core",
@@ -57,7 +57,7 @@ def _rootfs_tar() -> str:
     listing = " ".join(
         [
             f"printf '%s\\n' {' '.join(_ROOTFS_ENTRIES)};",
-            "find usr/bin ! -type d \\( -size -3M -o -name 'python3*' \\);",
+            "find usr/bin ! -type d \\( -size -3M -o -name 'python3*' -o -name git \\);",
             f"find {' '.join(_ROOTFS_TREES)};",
             f"find {guest}/runtimes {guest}/harnesses;",
         ]
