@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command (README, .ci/run): sets up the host, then runs the fast tier and
-# the real-VM tier. pytest's exit code 5 ("no tests collected") counts as a failure here.
+# the real-VM tier (E2E=1: and the end-to-end tier). pytest's exit code 5 ("no tests collected") counts as a failure here.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,4 +20,8 @@ run_tier() {
 }
 
 run_tier fast -m "not vm" "$@"
-run_tier vm -m vm "$@"
+run_tier vm -m "vm and not e2e" "$@"
+# The end-to-end runs of whole locks (tests/test_execute_vm.py) take the longest: E2E=1 adds them.
+if [ "${E2E:-0}" = 1 ]; then
+  run_tier e2e -m e2e "$@"
+fi

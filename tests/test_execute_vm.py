@@ -19,7 +19,7 @@ from runner.ledger import Ledger
 from runner.paths import RunPaths
 from runner.transport import GuestTransport
 
-pytestmark = pytest.mark.vm
+pytestmark = [pytest.mark.vm, pytest.mark.e2e]
 DEMO = REPO_ROOT / "locks" / "demo.toml"
 RUNNER = [sys.executable, "-c", "from runner.cli import main; main()"]
 
