@@ -26,7 +26,7 @@ from typing import Any
 import ansible_runner
 import yaml
 
-from deploy.guest.provision import GuestPlan, plan_guest
+from deploy.guest.provision import FSTAB_OPTIONS, GuestPlan, plan_guest
 from runner.artifacts.paths import CachePaths
 from runner.guest_layout import AGENT_USER, ARTIFACTS_MOUNT_TAG, GUEST
 from runner.lab import REPO_ROOT, LabPaths, LabState, load_lab_state
@@ -47,7 +47,12 @@ def timed_steps(argv: list[str], lab: str) -> tuple[float, list[tuple[str, float
     started = time.monotonic()
     steps: list[tuple[str, float]] = []
     with subprocess.Popen(
-        argv, cwd=REPO_ROOT, env={**os.environ, "LAB": lab}, stdout=subprocess.PIPE, text=True
+        argv,
+        cwd=REPO_ROOT,
+        env={**os.environ, "LAB": lab},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # pyinfra writes its progress to stderr
+        text=True,
     ) as process:
         assert process.stdout is not None
         for line in process.stdout:
@@ -98,12 +103,12 @@ def same_checks_playbook(plan: GuestPlan) -> list[dict[str, Any]]:
         _task("Mount point", "ansible.builtin.file", {"path": mount, "state": "directory"}),
         _task("fstab", "ansible.builtin.lineinfile",
               {"path": "/etc/fstab", "regexp": f"^{ARTIFACTS_MOUNT_TAG} ",
-               "line": f"{ARTIFACTS_MOUNT_TAG} {mount} 9p"}),
+               "line": f"{ARTIFACTS_MOUNT_TAG} {mount} 9p {FSTAB_OPTIONS} 0 0"}),
         *_command("Share mounted", f"findmnt -n -o FSTYPE {mount}", "9p"),
-        *_command(
+        *_command(  # dpkg-query lists packages sorted by name
             "Debian packages",
             "dpkg-query -W -f '${Version} ' " + " ".join(deb.name for deb in plan.debs),
-            " ".join(deb.version for deb in plan.debs),
+            " ".join(deb.version for deb in sorted(plan.debs, key=lambda deb: deb.name)),
         ),
         _task("nodocker", "ansible.builtin.copy",
               {"dest": "/etc/containers/nodocker", "content": "", "force": False}),

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import replace
 
 from deploy.domain_xml import DomainSpec, render_domain
-from deploy.guest.provision import _FSTAB_OPTIONS, _MOUNT_OPTIONS
+from deploy.guest.provision import FSTAB_OPTIONS, MOUNT_OPTIONS
 from runner.guest_layout import ARTIFACTS_MOUNT_TAG
 
 SPEC = DomainSpec(
@@ -44,5 +44,5 @@ def test_no_store_no_share_and_the_share_is_part_of_the_spec_digest() -> None:
 
 
 def test_the_guest_mounts_it_read_only() -> None:
-    assert "ro" in _MOUNT_OPTIONS
-    assert "ro" in _FSTAB_OPTIONS.split(",")
+    assert "ro" in MOUNT_OPTIONS
+    assert "ro" in FSTAB_OPTIONS.split(",")

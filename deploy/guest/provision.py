@@ -33,8 +33,8 @@ from runner.resolution import Artifact, Resolution, load_resolution, resolution_
 # kernel writes it: the guest caches and reads ahead, which is safe because a blob of the store
 # never changes (its name is its digest). Measured under TCG on a loaded host: 9-14 MB/s without
 # the cache, 40-90 MB/s with it; 1.5-1.9 MB/s with the default msize.
-_MOUNT_OPTIONS = ("ro", "trans=virtio", "msize=512000", "cache=0xf")
-_FSTAB_OPTIONS = ",".join((*_MOUNT_OPTIONS, "nofail"))
+MOUNT_OPTIONS = ("ro", "trans=virtio", "msize=512000", "cache=0xf")
+FSTAB_OPTIONS = ",".join((*MOUNT_OPTIONS, "nofail"))
 
 # The local base image: the guest's own userland (a tar of its own files, no registry) with the
 # task containers' frozen artifacts at the path runner.harbor_agents reads them from. /usr/bin is
@@ -209,14 +209,14 @@ def guest_provisioning(plan: GuestPlan) -> None:
         name="Artifact store in fstab (read-only 9p)",
         path="/etc/fstab",
         line=f"^{ARTIFACTS_MOUNT_TAG} ",
-        replace=f"{ARTIFACTS_MOUNT_TAG} {mount} 9p {_FSTAB_OPTIONS} 0 0",
+        replace=f"{ARTIFACTS_MOUNT_TAG} {mount} 9p {FSTAB_OPTIONS} 0 0",
     )
     server.mount(
         name="Artifact store mounted (read-only 9p)",
         path=mount,
         device=ARTIFACTS_MOUNT_TAG,
         fs_type="9p",
-        options=list(_MOUNT_OPTIONS),
+        options=list(MOUNT_OPTIONS),
     )
     guest.debs_installed(name="Debian packages of the resolution", debs=plan.debs)
     files.file(name="Podman's docker command without its notice", path="/etc/containers/nodocker")
