@@ -129,10 +129,18 @@ def _trees_command(manifest: FreezeManifest) -> str:
     )
 
 
+# Every distribution of a venv as ``name==version``, from importlib.metadata (a venv made
+# without pip has no pip to ask); the same lines the freeze collected.
+DISTRIBUTIONS = (
+    "import importlib.metadata as m\n"
+    "print('\\n'.join(sorted(f\"{d.metadata['Name']}=={d.version}\" for d in m.distributions())))"
+)
+
+
 def _venvs_command(manifest: FreezeManifest) -> str:
     """``<venv>:<distribution><TAB><pip freeze line>`` for each frozen environment."""
     return "true; " + "".join(
-        f"{shlex.quote(venv)}/bin/python -m pip freeze --all --disable-pip-version-check"
+        f"{shlex.quote(venv)}/bin/python -I -c {shlex.quote(DISTRIBUTIONS)}"
         f" 2>/dev/null | grep -v '^#' | sed -E 's|^([^=@ ]+).*$|{venv}:\\1\\t&|' || true; "
         for venv in sorted(manifest.state.venvs)
     )

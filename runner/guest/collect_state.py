@@ -70,14 +70,21 @@ def tree(root: str, excludes: list[str]) -> dict[str, str]:
     return files
 
 
+DISTRIBUTIONS = (
+    "import importlib.metadata as m\n"
+    "print('\\n'.join(sorted(f\"{d.metadata['Name']}=={d.version}\" for d in m.distributions())))"
+)
+
+
 def venvs(roots: list[str], depth: int) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for root in roots:
         for level in range(depth + 1):
             for marker in glob.glob(os.path.join(root, *["*"] * level, "pyvenv.cfg")):
                 venv = os.path.dirname(marker)
-                freeze = run(os.path.join(venv, "bin", "python"), "-m", "pip", "freeze", "--all",
-                             "--disable-pip-version-check")
+                # importlib.metadata, not pip: a venv made without pip has no pip to ask.
+                # -I: not the working directory's metadata, nor PYTHON* settings
+                freeze = run(os.path.join(venv, "bin", "python"), "-I", "-c", DISTRIBUTIONS)
                 found[venv] = sorted(freeze.splitlines())
     return found
 
