@@ -24,7 +24,7 @@ from runner.lab import REPO_ROOT, LabState
 from runner.verify_report import VerifyReport
 from tests.vm_fixtures import frozen_lab, vm_lab  # noqa: F401  (fixtures)
 
-pytestmark = pytest.mark.vm
+pytestmark = [pytest.mark.vm, pytest.mark.guest]
 
 # Packages nothing else in the image depends on, so `dpkg --remove` takes them alone.
 REMOVABLE = ("unzip", "xz-utils", "less", "nano")
