@@ -220,6 +220,11 @@ def guest_provisioning(plan: GuestPlan) -> None:
     )
     guest.debs_installed(name="Debian packages of the resolution", debs=plan.debs)
     files.file(name="Podman's docker command without its notice", path="/etc/containers/nodocker")
+    files.put(
+        name="Podman manages cgroups itself (no D-Bus in the guest for systemd's manager)",
+        src=io.StringIO('[engine]\ncgroup_manager = "cgroupfs"\n'),
+        dest="/etc/containers/containers.conf.d/50-bench.conf",
+    )
     systemd.service(
         name="Podman's Docker-compatible socket for Harbor",
         service="podman.socket",
