@@ -20,6 +20,7 @@ from runner.errors import InputError, RunnerError, describe_validation_error
 from runner.files import read_model, write_model
 from runner.freeze_manifest import Collected, FreezeManifest, FreezeScope, GuestState
 from runner.freeze_paths import FreezePaths
+from runner.guest_layout import GUEST
 from runner.lab import LabPaths, LabState, load_lab_state
 from runner.lock import load_lock
 from runner.snapshot import SavedState, save_frozen_state
@@ -84,10 +85,16 @@ def environment_fingerprint_for(lab: LabState, lock_path: Path | None) -> str:
     return fingerprint
 
 
+ARTIFACTS = GUEST.artifacts_mount
+
+
 def freeze_lab(lab_name: str, scope: FreezeScope, lock_path: Path | None = None) -> Frozen:
     lab = load_lab_state(LabPaths.for_lab(lab_name))
     fingerprint = environment_fingerprint_for(lab, lock_path)
     with guest_transport(lab).connect(GUEST_WAIT_SECONDS) as guest:
+        # QEMU refuses to save a domain while a virtio-9p export is mounted in it (a migration
+        # blocker); provisioning is over, so the artifact share is unmounted before the freeze.
+        guest.check(f"! mountpoint -q {ARTIFACTS} || umount {ARTIFACTS}", timeout=60)
         collected, seconds = collect(guest, scope)
         zero_free_memory(guest)
     manifest = FreezeManifest(
