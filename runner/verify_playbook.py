@@ -158,8 +158,9 @@ def venv_key(venv: str, line: str) -> str:
 _IMAGES_OBSERVED = (
     "{%- set out = {} -%}"
     "{%- for i in podman_seen.stdout | from_json -%}"
-    "{%- set _ = out.update({i.Id: 'digest=' ~ (i.Digest or '') ~ ' names='"
-    " ~ ((i.Names or []) | sort | join(','))}) -%}"
+    # .get(): Podman leaves Names (and Digest) out of an untagged image's entry.
+    "{%- set _ = out.update({i.Id: 'digest=' ~ (i.get('Digest') or '') ~ ' names='"
+    " ~ ((i.get('Names') or []) | sort | join(','))}) -%}"
     "{%- endfor -%}{{ out }}"
 )
 
