@@ -19,7 +19,7 @@ from runner.canonical import file_digest
 from runner.guest_layout import DOCKER_HOST, GUEST
 from runner.harbor_agents.plan import CONTAINER
 from runner.harbor_result import classify
-from runner.ledger import Artifact, Ledger, LedgerLine, now
+from runner.ledger import Artifact, Ledger, LedgerLine, cell_coordinates, now
 from runner.lock import Lock, Model
 from runner.paths import RunPaths
 from runner.provider.script import script_for
@@ -159,12 +159,7 @@ class CellRunner:
         if reconciliation and reconciliation.problems:
             reason = f"{reason}; accounting: {'; '.join(reconciliation.problems)}"
         line = LedgerLine(
-            cell_id=cell.id,
-            batch=cell.batch,
-            model=cell.model,
-            task=cell.task,
-            repeat=cell.repeat,
-            harness=cell.harness,
+            **cell_coordinates(cell),
             attempt=attempt.attempt,
             outcome=outcome,
             reason=reason,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Literal, TypedDict
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
@@ -67,6 +67,27 @@ class LedgerLine(FrozenModel):
     def reconciles(self) -> bool:
         """Every logical attempt needs at least one physical POST; fewer means lost evidence."""
         return self.physical_posts >= self.logical_attempts
+
+
+class CellCoordinates(TypedDict):
+    cell_id: str
+    batch: str
+    model: str
+    task: str
+    repeat: int
+    harness: str
+
+
+def cell_coordinates(cell: Cell) -> CellCoordinates:
+    """The fields of a ledger line that say which cell of the schedule it is."""
+    return {
+        "cell_id": cell.id,
+        "batch": cell.batch,
+        "model": cell.model,
+        "task": cell.task,
+        "repeat": cell.repeat,
+        "harness": cell.harness,
+    }
 
 
 def surplus_posts(physical_posts: int, logical_attempts: int) -> int:

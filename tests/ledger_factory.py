@@ -8,7 +8,7 @@ from pathlib import Path
 
 from runner.canonical import canonical_json
 from runner.files import write_atomic
-from runner.ledger import LedgerLine, surplus_posts
+from runner.ledger import LedgerLine, cell_coordinates, surplus_posts
 from runner.lock import load_lock
 from runner.paths import RunPaths
 from runner.schedule import Cell, Schedule, build_schedule
@@ -28,12 +28,7 @@ def line_for(
 ) -> LedgerLine:
     started = START + timedelta(minutes=cell.position)
     return LedgerLine(
-        cell_id=cell.id,
-        batch=cell.batch,
-        model=cell.model,
-        task=cell.task,
-        repeat=cell.repeat,
-        harness=cell.harness,
+        **cell_coordinates(cell),
         attempt=attempt,
         outcome=outcome,  # type: ignore[arg-type]
         reason={"pass": "reward 1", "fail": "reward 0"}.get(outcome, "deadline passed"),
