@@ -5,27 +5,10 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 
-from deploy.domain_xml import DomainSpec, render_domain
+from deploy.domain_xml import render_domain
 from deploy.guest.provision import FSTAB_OPTIONS, MOUNT_OPTIONS
 from runner.guest_layout import ARTIFACTS_MOUNT_TAG
-
-SPEC = DomainSpec(
-    lab="t",
-    name="frozen-bench-t",
-    arch="aarch64",
-    domain_type="qemu",
-    cpu_model="cortex-a57",
-    memory_mib=1024,
-    vcpus=1,
-    kernel="/pools/t/vmlinuz",
-    initrd="/pools/t/initrd.img",
-    kernel_cmdline="root=LABEL=root rw console=ttyAMA0",
-    disk="/pools/t/t.qcow2",
-    console_log="/pools/t/console.log",
-    public_key_line="ssh-ed25519 AAAA lab-t",
-    ssh_port=2222,
-    proxy_port=8931,
-)
+from tests.test_deploy_libvirt import SPEC  # the one domain spec of the libvirt unit tests
 
 
 def test_the_store_is_shared_read_only_under_the_guest_mount_tag() -> None:
