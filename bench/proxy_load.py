@@ -68,17 +68,25 @@ async def client_latency(targets: list[dict[str, Any]], count: int, cap: float) 
                 break
             target = targets[n % len(targets)]
             samples[target["name"]].append(await _one(session, target["url"], target["headers"]))
-    return {name: {"n": len(values), "p50_ms": percentile(values, 0.5),
-                   "p99_ms": percentile(values, 0.99), "mean_ms": statistics.fmean(values)}
-            for name, values in samples.items()}
+    return {
+        name: {
+            "n": len(values),
+            "p50_ms": percentile(values, 0.5),
+            "p99_ms": percentile(values, 0.99),
+            "mean_ms": statistics.fmean(values),
+        }
+        for name, values in samples.items()
+    }
 
 
-async def client_throughput(target: dict[str, Any], count: int, concurrency: int,
-                            cap: float) -> dict[str, Any]:
+async def client_throughput(
+    target: dict[str, Any], count: int, concurrency: int, cap: float
+) -> dict[str, Any]:
     done = 0
     deadline = time.monotonic() + cap
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector) as session:
+
         async def worker() -> None:
             nonlocal done
             while done < count and time.monotonic() < deadline:
@@ -88,8 +96,13 @@ async def client_throughput(target: dict[str, Any], count: int, concurrency: int
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
-    return {"name": target["name"], "requests": done, "seconds": elapsed,
-            "rps": done / elapsed, "capped": done < count}
+    return {
+        "name": target["name"],
+        "requests": done,
+        "seconds": elapsed,
+        "rps": done / elapsed,
+        "capped": done < count,
+    }
 
 
 def run_client(args: argparse.Namespace) -> None:
@@ -97,8 +110,9 @@ def run_client(args: argparse.Namespace) -> None:
     if job["phase"] == "latency":
         result = asyncio.run(client_latency(job["targets"], job["count"], job["cap"]))
     else:
-        result = asyncio.run(client_throughput(job["target"], job["count"], job["concurrency"],
-                                               job["cap"]))
+        result = asyncio.run(
+            client_throughput(job["target"], job["count"], job["concurrency"], job["cap"])
+        )
     print(json.dumps(result))
 
 
@@ -127,28 +141,60 @@ def main() -> None:
         script_path.write_text(SCRIPT.model_dump_json())
         provider = subprocess.Popen(
             [sys.executable, "-m", "runner.provider", str(script_path), "--key-env", KEY_ENV],
-            stdout=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         try:
             assert provider.stdout is not None
             provider_url = provider.stdout.readline().strip()
-            model = Model(id="bench", provider="bench", model="bench", thinking="off",
-                          api="openai-completions", base_url=provider_url, key_env=KEY_ENV)
+            model = Model(
+                id="bench",
+                provider="bench",
+                model="bench",
+                thinking="off",
+                api="openai-completions",
+                base_url=provider_url,
+                key_env=KEY_ENV,
+            )
             with CredentialProxy(RunPaths(Path(scratch, "run"))) as proxy:
-                bearer = proxy.open_cell("bench", model,
-                                         datetime.now(UTC) + timedelta(hours=1))
-                direct = {"name": "direct", "url": provider_url + "/chat/completions",
-                          "headers": {"Authorization": f"Bearer {key}"}}
-                proxied = {"name": "proxy", "url": proxy.base_url + "/chat/completions",
-                           "headers": {"Authorization": f"Bearer {bearer}"}}
-                latency = client({"phase": "latency", "targets": [direct, proxied],
-                                  "count": args.latency_requests, "cap": args.time_cap})
-                through = client({"phase": "throughput", "target": proxied,
-                                  "count": args.requests, "concurrency": args.concurrency,
-                                  "cap": args.time_cap})
+                bearer = proxy.open_cell("bench", model, datetime.now(UTC) + timedelta(hours=1))
+                direct = {
+                    "name": "direct",
+                    "url": provider_url + "/chat/completions",
+                    "headers": {"Authorization": f"Bearer {key}"},
+                }
+                proxied = {
+                    "name": "proxy",
+                    "url": proxy.base_url + "/chat/completions",
+                    "headers": {"Authorization": f"Bearer {bearer}"},
+                }
+                latency = client(
+                    {
+                        "phase": "latency",
+                        "targets": [direct, proxied],
+                        "count": args.latency_requests,
+                        "cap": args.time_cap,
+                    }
+                )
+                through = client(
+                    {
+                        "phase": "throughput",
+                        "target": proxied,
+                        "count": args.requests,
+                        "concurrency": args.concurrency,
+                        "cap": args.time_cap,
+                    }
+                )
                 counts = proxy.close_cell("bench")
-            reference = client({"phase": "throughput", "target": direct, "count": args.requests,
-                                "concurrency": args.concurrency, "cap": args.time_cap})
+            reference = client(
+                {
+                    "phase": "throughput",
+                    "target": direct,
+                    "count": args.requests,
+                    "concurrency": args.concurrency,
+                    "cap": args.time_cap,
+                }
+            )
         finally:
             provider.terminate()
             provider.wait()
@@ -161,8 +207,10 @@ def main() -> None:
         "throughput_proxy": through,
         "throughput_direct": reference,
         "proxy_counted_posts": counts.physical_posts,
-        "targets_met": {"added_p99_below_1ms": added_p99 < 1.0,
-                        "at_least_2000_rps": through["rps"] >= 2000},
+        "targets_met": {
+            "added_p99_below_1ms": added_p99 < 1.0,
+            "at_least_2000_rps": through["rps"] >= 2000,
+        },
         "cpus": os.cpu_count(),
     }
     print(json.dumps(summary, indent=2))

@@ -80,8 +80,9 @@ def main() -> None:
     parser.add_argument("--lab", default=lab_name_from_env())
     parser.add_argument("--resets", type=int, default=5)
     parser.add_argument("--no-reboot", action="store_true")
-    parser.add_argument("--reprovision", metavar="CMD",
-                        help="the guest provisioning's no-change run, timed")
+    parser.add_argument(
+        "--reprovision", metavar="CMD", help="the guest provisioning's no-change run, timed"
+    )
     args = parser.parse_args()
     lab = load_lab_state(LabPaths.for_lab(args.lab))
     with tempfile.TemporaryDirectory(prefix="verify-reset-") as scratch:
@@ -90,10 +91,12 @@ def main() -> None:
         resets = [reset_lab(args.lab) for _ in range(args.resets)]
         for number, reset in enumerate(resets, 1):
             r = reset.restore
-            print(f"reset {number}: stop {r.destroy_seconds:.2f} + layer "
-                  f"{r.live_layer_seconds:.2f} + restore {r.restore_seconds:.2f} + banner "
-                  f"{reset.banner_seconds:.2f} = {reset.answering_seconds:.2f} s answering; "
-                  f"clock set {reset.clock_seconds:.2f} s")
+            print(
+                f"reset {number}: stop {r.destroy_seconds:.2f} + layer "
+                f"{r.live_layer_seconds:.2f} + restore {r.restore_seconds:.2f} + banner "
+                f"{reset.banner_seconds:.2f} = {reset.answering_seconds:.2f} s answering; "
+                f"clock set {reset.clock_seconds:.2f} s"
+            )
         answering = [reset.answering_seconds for reset in resets]
         if not args.no_reboot:
             banner, session = reboot_seconds(lab)
@@ -104,10 +107,12 @@ def main() -> None:
             print(f"re-provision with nothing to change: {seconds:.1f} s")
             reset_lab(args.lab)
         verify_last = audit_seconds(lab, evidence)
-    print(f"SUMMARY verify {statistics.median([verify_first, verify_last]):.1f} s (median of 2); "
-          f"reset to SSH answering median {statistics.median(answering):.2f} s "
-          f"(min {min(answering):.2f}, max {max(answering):.2f}, n={len(answering)})"
-          + ("" if args.no_reboot else f"; reboot to sshd banner {banner:.1f} s"))
+    print(
+        f"SUMMARY verify {statistics.median([verify_first, verify_last]):.1f} s (median of 2); "
+        f"reset to SSH answering median {statistics.median(answering):.2f} s "
+        f"(min {min(answering):.2f}, max {max(answering):.2f}, n={len(answering)})"
+        + ("" if args.no_reboot else f"; reboot to sshd banner {banner:.1f} s")
+    )
 
 
 if __name__ == "__main__":

@@ -34,9 +34,7 @@ class Reconciliation(FrozenModel):
     physical_posts: int = Field(ge=0)
     rejected_requests: int = Field(ge=0)
     provider_posts_received: int | None = Field(default=None, ge=0)
-    unattributed_provider_post_requests: int = Field(
-        ge=0, alias="unattributedProviderPostRequests"
-    )
+    unattributed_provider_post_requests: int = Field(ge=0, alias="unattributedProviderPostRequests")
     problems: tuple[str, ...] = ()
 
     @property
@@ -58,8 +56,11 @@ def count_logical_attempts(lines: Iterable[str]) -> EventLogCount:
             unparsed += 1
             continue
         message = event.get("message")
-        if (event.get("type") == "message_end" and isinstance(message, dict)
-                and message.get("role") == "assistant"):
+        if (
+            event.get("type") == "message_end"
+            and isinstance(message, dict)
+            and message.get("role") == "assistant"
+        ):
             attempts += 1
     return EventLogCount(logical_attempts=attempts, unparsed_lines=unparsed)
 
@@ -76,8 +77,10 @@ def reconcile(events: EventLogCount, proxy: ProxyCellCounts) -> Reconciliation:
             f"{proxy.physical_posts} physical POSTs for {events.logical_attempts} logical "
             "attempts: the proxy must have seen every attempt"
         )
-    if (proxy.provider_posts_received is not None
-            and proxy.provider_posts_received != proxy.physical_posts):
+    if (
+        proxy.provider_posts_received is not None
+        and proxy.provider_posts_received != proxy.physical_posts
+    ):
         problems.append(
             f"the proxy sent {proxy.physical_posts} POSTs, the provider received "
             f"{proxy.provider_posts_received}"

@@ -116,9 +116,7 @@ class FreezeManifest(FrozenModel):
         return sha256_digest(canonical_json(self))
 
 
-def _task_digests(
-    trees: dict[str, dict[str, str]], task_roots: tuple[str, ...]
-) -> dict[str, str]:
+def _task_digests(trees: dict[str, dict[str, str]], task_roots: tuple[str, ...]) -> dict[str, str]:
     digests: dict[str, str] = {}
     for root in task_roots:
         by_task: dict[str, dict[str, str]] = {}

@@ -1,9 +1,9 @@
 """FreezePaths owns the freeze's files in a lab's controller dir; no other code names them.
 
-    <repo>/.cache/lab/<lab>/          (LabPaths: lab.json and the SSH key are deploy's)
-        freeze.json                   FreezeManifest: the guest's state at the last freeze
-        snapshot.json                 SavedState: the memory image and disk layers reset uses
-        verify/<ident>/               one audit without a run dir (see runner/verify.py)
+<repo>/.cache/lab/<lab>/          (LabPaths: lab.json and the SSH key are deploy's)
+    freeze.json                   FreezeManifest: the guest's state at the last freeze
+    snapshot.json                 SavedState: the memory image and disk layers reset uses
+    verify/<ident>/               one audit without a run dir (see runner/verify.py)
 """
 
 from __future__ import annotations

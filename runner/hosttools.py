@@ -61,8 +61,18 @@ def npm_install(name: str, version: str, cache_dir: Path = CACHE_DIR) -> Path:
         raise RunnerError("npm is not installed on this host (apt-get install npm)")
     cache_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=cache_dir, prefix=".staging-"))
-    command = [npm, "install", "--prefix", str(staging), "--no-audit", "--no-fund",
-               "--no-save", "--ignore-scripts", "--loglevel=error", f"{name}@{version}"]
+    command = [
+        npm,
+        "install",
+        "--prefix",
+        str(staging),
+        "--no-audit",
+        "--no-fund",
+        "--no-save",
+        "--ignore-scripts",
+        "--loglevel=error",
+        f"{name}@{version}",
+    ]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         shutil.rmtree(staging, ignore_errors=True)
@@ -92,8 +102,9 @@ def host_harness(
         raise RunnerError(f"harness {harness.id}: only npm packages can be installed on the host")
     prefix = npm_install(name, version, cache_dir)
     command = prefix / "node_modules" / ".bin" / _AGENT_COMMANDS[harness.agent]
-    return HostHarness(runtime=runtime_binary(harness.runtime, runtime_version, cache_dir),
-                       command=command)
+    return HostHarness(
+        runtime=runtime_binary(harness.runtime, runtime_version, cache_dir), command=command
+    )
 
 
 def main() -> None:

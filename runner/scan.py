@@ -65,8 +65,10 @@ class ScanReport(FrozenModel):
 
     @model_validator(mode="after")
     def _clean_follows_findings(self) -> ScanReport:
-        expected = not self.leaks and not self.failures and (
-            not self.canary_planted or bool(self.canary_hits)
+        expected = (
+            not self.leaks
+            and not self.failures
+            and (not self.canary_planted or bool(self.canary_hits))
         )
         if self.clean != expected:
             raise ValueError(f"clean must be {expected} for these findings")
@@ -95,8 +97,10 @@ class _Searcher:
             distinct = set(values)
             for value in distinct:
                 if len(value) < MIN_SECRET_LENGTH:
-                    raise RunnerError(f"scan: a {kind} shorter than {MIN_SECRET_LENGTH} "
-                                      "characters cannot be searched for reliably")
+                    raise RunnerError(
+                        f"scan: a {kind} shorter than {MIN_SECRET_LENGTH} "
+                        "characters cannot be searched for reliably"
+                    )
                 self.needles += [(needle, kind) for needle in _needles(value)]
             self.checked[kind] = len(distinct)
         self.overlap = max((len(needle) for needle, _ in self.needles), default=1) - 1
@@ -112,7 +116,7 @@ class _Searcher:
                 raise OSError(f"more than {limit} bytes inflated")
             window = tail + chunk
             found.update(kind for needle, kind in self.needles if needle in window)
-            tail = window[-self.overlap:] if self.overlap else b""
+            tail = window[-self.overlap :] if self.overlap else b""
         return found, total
 
 

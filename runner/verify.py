@@ -66,17 +66,17 @@ def ssh_host_vars(lab: LabState) -> dict[str, Any]:
     }
 
 
-def audit(
-    manifest: FreezeManifest, host_vars: dict[str, Any], evidence_dir: Path
-) -> VerifyReport:
+def audit(manifest: FreezeManifest, host_vars: dict[str, Any], evidence_dir: Path) -> VerifyReport:
     """Run the audit of ``manifest`` against the host ``host_vars`` describe; the report is
     written into the audit's private data dir even when the audit could not run."""
     started = time.monotonic()
     checked_at = datetime.now(UTC)
     ident = checked_at.strftime("%Y%m%dT%H%M%S%fZ")
     private = evidence_dir / ident
-    write_atomic(private / "project" / PLAYBOOK,
-                 yaml.safe_dump(build_playbook(manifest), sort_keys=False, width=1000).encode())
+    write_atomic(
+        private / "project" / PLAYBOOK,
+        yaml.safe_dump(build_playbook(manifest), sort_keys=False, width=1000).encode(),
+    )
     inventory = {"all": {"children": {HOST_GROUP: {"hosts": {manifest.lab: host_vars}}}}}
     write_atomic(private / "inventory" / "hosts.json", json.dumps(inventory, indent=2).encode())
     result = ansible_runner.run(
@@ -122,8 +122,11 @@ def judge(
             said = _check_message(result)
             checks.extend(f"{category}:{key}" for key in said["checked"])
             drifts.extend(
-                Drift(check=f"{category}:{item['item']}", expected=str(item["expected"]),
-                      found=str(item["found"]))
+                Drift(
+                    check=f"{category}:{item['item']}",
+                    expected=str(item["expected"]),
+                    found=str(item["found"]),
+                )
                 for item in said["drifts"]
             )
         elif kind == "runner_item_on_ok" and task == TREE_LISTING_TASK:
@@ -143,8 +146,10 @@ def _check_message(result: dict[str, Any]) -> dict[str, Any]:
     except ValueError:
         pass
     # An assert that could not evaluate (a probe's output was not what it expected).
-    return {"checked": [], "drifts": [{"item": "(evaluation)", "expected": "a verdict",
-                                        "found": _message(result)}]}
+    return {
+        "checked": [],
+        "drifts": [{"item": "(evaluation)", "expected": "a verdict", "found": _message(result)}],
+    }
 
 
 def _message(result: dict[str, Any]) -> str:
@@ -164,8 +169,11 @@ def _per_file(
             continue
         found = dict(line.split("\t", 1) for line in listings[root].splitlines() if "\t" in line)
         files = [
-            Drift(check=f"tree:{root}/{path}", expected=tree.files.get(path, ABSENT),
-                  found=found.get(path, ABSENT))
+            Drift(
+                check=f"tree:{root}/{path}",
+                expected=tree.files.get(path, ABSENT),
+                found=found.get(path, ABSENT),
+            )
             for path in sorted(tree.files.keys() | found.keys())
             if tree.files.get(path) != found.get(path)
         ]

@@ -24,12 +24,20 @@ class DriftFound(RunnerError):
 
 @click.command("verify")
 @lab_option
-@click.option("--json", "json_path", type=click.Path(path_type=Path),
-              help="Also write the VerifyReport here.")
-@click.option("--junit", "junit_path", type=click.Path(path_type=Path),
-              help="Also write JUnit XML here (one testcase per check).")
-@click.option("--run-dir", type=click.Path(path_type=Path, file_okay=False),
-              help="Keep the audit's evidence in this run dir's verify/ (default: the lab's).")
+@click.option(
+    "--json", "json_path", type=click.Path(path_type=Path), help="Also write the VerifyReport here."
+)
+@click.option(
+    "--junit",
+    "junit_path",
+    type=click.Path(path_type=Path),
+    help="Also write JUnit XML here (one testcase per check).",
+)
+@click.option(
+    "--run-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Keep the audit's evidence in this run dir's verify/ (default: the lab's).",
+)
 def verify_command(
     lab: str, json_path: Path | None, junit_path: Path | None, run_dir: Path | None
 ) -> None:

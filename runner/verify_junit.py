@@ -24,23 +24,36 @@ def junit_xml(report: VerifyReport) -> bytes:
         if check not in by_category[check.partition(":")[0]]:
             by_category[check.partition(":")[0]].append(check)
     root = ET.Element(
-        "testsuites", name=f"frozen-state audit of lab {report.lab}",
-        tests=str(sum(map(len, by_category.values()))), failures=str(len(drifts)),
+        "testsuites",
+        name=f"frozen-state audit of lab {report.lab}",
+        tests=str(sum(map(len, by_category.values()))),
+        failures=str(len(drifts)),
         time=f"{report.seconds:.3f}",
     )
     for category, checks in sorted(by_category.items()):
         failed = [check for check in checks if check in drifts]
         suite = ET.SubElement(
-            root, "testsuite", name=category, tests=str(len(checks)), failures=str(len(failed)),
-            errors="0", skipped="0", timestamp=report.checked_at.isoformat(),
+            root,
+            "testsuite",
+            name=category,
+            tests=str(len(checks)),
+            failures=str(len(failed)),
+            errors="0",
+            skipped="0",
+            timestamp=report.checked_at.isoformat(),
         )
         properties = ET.SubElement(suite, "properties")
-        ET.SubElement(properties, "property", name="freeze_manifest_sha256",
-                      value=report.freeze_manifest_sha256)
+        ET.SubElement(
+            properties,
+            "property",
+            name="freeze_manifest_sha256",
+            value=report.freeze_manifest_sha256,
+        )
         ET.SubElement(properties, "property", name="evidence", value=report.evidence)
         for check in checks:
-            case = ET.SubElement(suite, "testcase", classname=f"verify.{category}",
-                                 name=check.partition(":")[2])
+            case = ET.SubElement(
+                suite, "testcase", classname=f"verify.{category}", name=check.partition(":")[2]
+            )
             if check in drifts:
                 _failure(case, drifts[check])
     ET.indent(root)

@@ -73,7 +73,7 @@ def _lines_to_map(register: str) -> str:
 _DPKG_QUERY = (
     "dpkg-query -W -f '${db:Status-Abbrev}\\t${binary:Package}\\t${Version}\\n'"
     " | awk -F '\\t' '{ s = $1; gsub(/ /, \"\", s); if (s ~ /^u/) next;"
-    " print $2 \"\\t\" $3 (s == \"ii\" ? \"\" : \" [\" s \"]\") }'"
+    ' print $2 "\\t" $3 (s == "ii" ? "" : " [" s "]") }\''
 )
 
 
@@ -99,12 +99,12 @@ def _files_command(manifest: FreezeManifest) -> str:
     return (
         f"shopt -s nullglob; {{ {listed}for p in {patterns}; do "
         '[ -d "$p" ] && [ ! -L "$p" ] || printf \'%s\\n\' "$p"; done; } | LC_ALL=C sort -u'
-        ' | while IFS= read -r p; do'
+        " | while IFS= read -r p; do"
         ' if [ -L "$p" ]; then printf \'%s\\tsymlink:%s\\n\' "$p" "$(readlink "$p")";'
         ' elif [ -f "$p" ]; then'
         ' printf \'%s\\tsha256:%s\\n\' "$p" "$(sha256sum < "$p" | cut -c1-64)";'
         ' elif [ -e "$p" ]; then printf \'%s\\tnot a regular file\\n\' "$p";'
-        f' else printf \'%s\\t{ABSENT}\\n\' "$p"; fi; done'
+        f" else printf '%s\\t{ABSENT}\\n' \"$p\"; fi; done"
     )
 
 
@@ -173,42 +173,67 @@ def image_value(digest: str, names: tuple[str, ...]) -> str:
 # reads the range itself: dash's `read` takes one byte of a /proc file.)
 _SS_LISTENING = (
     "ss -Hltnu | awk 'NR == FNR { low = $1 + 0; high = $2 + 0; next }"
-    " { n = split($5, a, \":\"); p = a[n] + 0;"
-    f" if (p < low || p > high) print $1 \"/\" p \"\\t{LISTENING}\" }}'"
+    ' { n = split($5, a, ":"); p = a[n] + 0;'
+    f' if (p < low || p > high) print $1 "/" p "\\t{LISTENING}" }}\''
     " /proc/sys/net/ipv4/ip_local_port_range - | LC_ALL=C sort -u"
 )
 
 PROBES: tuple[Probe, ...] = (
-    Probe("kernel", lambda m: "printf 'release\\t%s\\n' \"$(uname -r)\"",
-          _lines_to_map("kernel_seen"), lambda m: {"release": m.state.kernel}),
-    Probe("dpkg", lambda m: _DPKG_QUERY, _lines_to_map("dpkg_seen"),
-          lambda m: dict(m.state.packages)),
-    Probe("file", _files_command, _lines_to_map("file_seen"),
-          lambda m: dict(m.state.files)),
-    Probe("tree", _trees_command, _lines_to_map("tree_seen"),
-          lambda m: {root: tree.listing_sha256 for root, tree in m.state.trees.items()}),
-    Probe("venv", _venvs_command, _lines_to_map("venv_seen"),
-          lambda m: {venv_key(venv, line): line
-                     for venv, lines in m.state.venvs.items()
-                     for line in lines if not line.startswith("#")}),
-    Probe("podman", lambda m: "if command -v podman >/dev/null; "
-          "then podman images --digests --format json; else echo '[]'; fi",
-          _IMAGES_OBSERVED,
-          lambda m: {image.id: image_value(image.digest, image.names)
-                     for image in m.state.images}),
-    Probe("listen", lambda m: _SS_LISTENING, _lines_to_map("listen_seen"),
-          lambda m: {socket.label: LISTENING for socket in m.state.listening}),
+    Probe(
+        "kernel",
+        lambda m: "printf 'release\\t%s\\n' \"$(uname -r)\"",
+        _lines_to_map("kernel_seen"),
+        lambda m: {"release": m.state.kernel},
+    ),
+    Probe(
+        "dpkg", lambda m: _DPKG_QUERY, _lines_to_map("dpkg_seen"), lambda m: dict(m.state.packages)
+    ),
+    Probe("file", _files_command, _lines_to_map("file_seen"), lambda m: dict(m.state.files)),
+    Probe(
+        "tree",
+        _trees_command,
+        _lines_to_map("tree_seen"),
+        lambda m: {root: tree.listing_sha256 for root, tree in m.state.trees.items()},
+    ),
+    Probe(
+        "venv",
+        _venvs_command,
+        _lines_to_map("venv_seen"),
+        lambda m: {
+            venv_key(venv, line): line
+            for venv, lines in m.state.venvs.items()
+            for line in lines
+            if not line.startswith("#")
+        },
+    ),
+    Probe(
+        "podman",
+        lambda m: (
+            "if command -v podman >/dev/null; "
+            "then podman images --digests --format json; else echo '[]'; fi"
+        ),
+        _IMAGES_OBSERVED,
+        lambda m: {image.id: image_value(image.digest, image.names) for image in m.state.images},
+    ),
+    Probe(
+        "listen",
+        lambda m: _SS_LISTENING,
+        _lines_to_map("listen_seen"),
+        lambda m: {socket.label: LISTENING for socket in m.state.listening},
+    ),
 )
 
 
 def _tree_listing_task(manifest: FreezeManifest) -> dict[str, Any]:
     commands = {root: tree_listing_command(root, manifest.scope) for root in manifest.scope.trees}
     task = _raw(TREE_LISTING_TASK, "{{ commands[item] }}")
-    task.update({
-        "vars": {"commands": commands},
-        "loop": list(manifest.scope.trees),
-        "when": "observed.tree.get(item) != expected.tree.get(item)",
-    })
+    task.update(
+        {
+            "vars": {"commands": commands},
+            "loop": list(manifest.scope.trees),
+            "when": "observed.tree.get(item) != expected.tree.get(item)",
+        }
+    )
     return task
 
 
@@ -249,15 +274,17 @@ def build_playbook(manifest: FreezeManifest) -> list[dict[str, Any]]:
             "observed": {probe.category: probe.observed for probe in PROBES},
         },
     }
-    return [{
-        "name": f"audit the frozen state (manifest {manifest.sha256})",
-        "hosts": HOST_GROUP,
-        "gather_facts": False,
-        "vars": {"expected": {probe.category: probe.expected(manifest) for probe in PROBES}},
-        "tasks": [
-            *(probe.observe_task(manifest) for probe in PROBES),
-            gather,
-            _tree_listing_task(manifest),
-            *(_check_task(probe) for probe in PROBES),
-        ],
-    }]
+    return [
+        {
+            "name": f"audit the frozen state (manifest {manifest.sha256})",
+            "hosts": HOST_GROUP,
+            "gather_facts": False,
+            "vars": {"expected": {probe.category: probe.expected(manifest) for probe in PROBES}},
+            "tasks": [
+                *(probe.observe_task(manifest) for probe in PROBES),
+                gather,
+                _tree_listing_task(manifest),
+                *(_check_task(probe) for probe in PROBES),
+            ],
+        }
+    ]

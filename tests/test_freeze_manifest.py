@@ -13,19 +13,22 @@ from tests.freeze_factory import manifest_of
 SHA_A = "sha256:" + "a" * 64
 SHA_B = "sha256:" + "b" * 64
 COLLECTED = {
-    "kernel": "6.12", "packages": {"bash": "5.2"}, "files": {"/usr/local/bin/pi": "symlink:x"},
-    "trees": {"/srv/tasks": {"t1/task.toml": SHA_A, "t1/tests/test.sh": SHA_B,
-                             "t2/task.toml": SHA_B}},
-    "venvs": {}, "images": [], "listening": [{"proto": "tcp", "port": 22}],
+    "kernel": "6.12",
+    "packages": {"bash": "5.2"},
+    "files": {"/usr/local/bin/pi": "symlink:x"},
+    "trees": {
+        "/srv/tasks": {"t1/task.toml": SHA_A, "t1/tests/test.sh": SHA_B, "t2/task.toml": SHA_B}
+    },
+    "venvs": {},
+    "images": [],
+    "listening": [{"proto": "tcp", "port": 22}],
 }
 SCOPE = {"files": ["/usr/local/bin/*"], "trees": ["/srv/tasks"], "task_roots": ["/srv/tasks"]}
 
 
 def test_listing_is_bytewise_sorted_tab_separated_lines() -> None:
     files = {"b": SHA_A, "a b": SHA_B, "B": "symlink:b", "\u00e9": SHA_A}
-    assert listing_text(files) == (
-        f"B\tsymlink:b\na b\t{SHA_B}\nb\t{SHA_A}\n\u00e9\t{SHA_A}\n"
-    )
+    assert listing_text(files) == (f"B\tsymlink:b\na b\t{SHA_B}\nb\t{SHA_A}\n\u00e9\t{SHA_A}\n")
 
 
 def test_tree_digest_is_the_sha256_of_its_listing() -> None:

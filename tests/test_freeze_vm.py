@@ -33,8 +33,9 @@ PLANTED_PORT = 8765
 
 
 def runner(*args: str, lab: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["runner", *args, "--lab", lab], cwd=REPO_ROOT,
-                          capture_output=True, text=True, check=False)
+    return subprocess.run(
+        ["runner", *args, "--lab", lab], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+    )
 
 
 def manifest(lab: LabState) -> FreezeManifest:
@@ -42,8 +43,14 @@ def manifest(lab: LabState) -> FreezeManifest:
 
 
 def test_verify_passes_on_the_frozen_guest(frozen_lab: LabState, tmp_path: Path) -> None:  # noqa: F811
-    result = runner("verify", "--json", str(tmp_path / "v.json"),
-                    "--junit", str(tmp_path / "v.xml"), lab=frozen_lab.lab)
+    result = runner(
+        "verify",
+        "--json",
+        str(tmp_path / "v.json"),
+        "--junit",
+        str(tmp_path / "v.xml"),
+        lab=frozen_lab.lab,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     report = VerifyReport.model_validate_json((tmp_path / "v.json").read_bytes())
     assert report.passed and report.freeze_manifest_sha256 == manifest(frozen_lab).sha256
@@ -57,22 +64,30 @@ def test_verify_passes_on_the_frozen_guest(frozen_lab: LabState, tmp_path: Path)
 def test_verify_names_each_planted_drift(frozen_lab: LabState, tmp_path: Path) -> None:  # noqa: F811
     frozen = manifest(frozen_lab)
     package = next(name for name in REMOVABLE if name in frozen.state.packages)
-    pinned = sorted(path for path, entry in frozen.state.files.items()
-                    if entry.startswith("sha256:"))
+    pinned = sorted(
+        path for path, entry in frozen.state.files.items() if entry.startswith("sha256:")
+    )
     edited = pinned[0] if pinned else "/usr/local/bin/planted-by-test"
     with guest_transport(frozen_lab).connect(60) as guest:
         guest.check(f"dpkg --remove {package}", timeout=300)
         guest.check(f"echo drift >> {shlex.quote(edited)}", timeout=60)
         guest.check(f"echo drift > {PLANTED_FILE}", timeout=60)
-        guest.check(f"setsid nohup python3 -m http.server {PLANTED_PORT} >/dev/null 2>&1 "
-                    "< /dev/null & sleep 5", timeout=60)
+        guest.check(
+            f"setsid nohup python3 -m http.server {PLANTED_PORT} >/dev/null 2>&1 "
+            "< /dev/null & sleep 5",
+            timeout=60,
+        )
 
     result = runner("verify", "--json", str(tmp_path / "v.json"), lab=frozen_lab.lab)
 
     assert result.returncode == 1, result.stdout + result.stderr
     checks = {drift["check"] for drift in json.loads((tmp_path / "v.json").read_text())["drifts"]}
-    assert {f"dpkg:{package}", f"file:{edited}", f"tree:/opt/{PLANTED_FILE.rsplit('/', 1)[1]}",
-            f"listen:tcp/{PLANTED_PORT}"} <= checks, result.stdout
+    assert {
+        f"dpkg:{package}",
+        f"file:{edited}",
+        f"tree:/opt/{PLANTED_FILE.rsplit('/', 1)[1]}",
+        f"listen:tcp/{PLANTED_PORT}",
+    } <= checks, result.stdout
     assert f"dpkg:{package}: expected {frozen.state.packages[package]}" in result.stdout
     assert "drifts from freeze" in result.stderr
 

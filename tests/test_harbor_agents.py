@@ -48,19 +48,39 @@ def plan_for(lock: Lock, harness_id: str, model_id: str) -> AgentPlan:
     harness = next(h for h in lock.harnesses if h.id == harness_id)
     model = next(m for m in lock.models if m.id == model_id)
     version = {"node": lock.tools.node, "bun": lock.tools.bun}[harness.runtime]
-    return AgentPlan(harness=harness, model=model, runtime_version=version,
-                     artifacts_dir="/bench/artifacts", proxy_base_url=PROXY_URL)
+    return AgentPlan(
+        harness=harness,
+        model=model,
+        runtime_version=version,
+        artifacts_dir="/bench/artifacts",
+        proxy_base_url=PROXY_URL,
+    )
 
 
 # (lock, harness, model) -> runtime archive, harness tree, command, models file, extension dirs
 CASES = [
-    (SEED, "bare-pi", "glm", "runtimes/node-22.23.5.tgz", "harnesses/bare-pi", "pi",
-     "models.json", []),
-    (SEED, "openpi", "luna", "runtimes/node-22.23.5.tgz", "harnesses/openpi", "pi",
-     "models.json", ["openpi"]),
+    (
+        SEED,
+        "bare-pi",
+        "glm",
+        "runtimes/node-22.23.5.tgz",
+        "harnesses/bare-pi",
+        "pi",
+        "models.json",
+        [],
+    ),
+    (
+        SEED,
+        "openpi",
+        "luna",
+        "runtimes/node-22.23.5.tgz",
+        "harnesses/openpi",
+        "pi",
+        "models.json",
+        ["openpi"],
+    ),
     (SEED, "omp", "glm", "runtimes/bun-1.3.14.tgz", "harnesses/omp", "omp", "models.yml", []),
-    (DEMO, "omp", "reference", "runtimes/bun-1.3.14.tgz", "harnesses/omp", "omp",
-     "models.yml", []),
+    (DEMO, "omp", "reference", "runtimes/bun-1.3.14.tgz", "harnesses/omp", "omp", "models.yml", []),
 ]
 
 
@@ -69,8 +89,14 @@ CASES = [
     CASES,
 )
 def test_scripts_follow_the_lock(
-    lock: Lock, harness_id: str, model_id: str, archive: str, tree: str, command: str,
-    models_file: str, extensions: list[str],
+    lock: Lock,
+    harness_id: str,
+    model_id: str,
+    archive: str,
+    tree: str,
+    command: str,
+    models_file: str,
+    extensions: list[str],
 ) -> None:
     plan = plan_for(lock, harness_id, model_id)
     runtime = plan.harness.runtime
@@ -82,8 +108,11 @@ def test_scripts_follow_the_lock(
     configure = configure_script(plan)
     assert f"> /opt/bench/agent/{models_file}" in configure
     installs = [line for line in configure.splitlines() if " install " in line]
-    assert installs == [f"/opt/bench/harness/node_modules/.bin/{command} install "
-                        f"/opt/bench/harness/node_modules/{name}" for name in extensions]
+    assert installs == [
+        f"/opt/bench/harness/node_modules/.bin/{command} install "
+        f"/opt/bench/harness/node_modules/{name}"
+        for name in extensions
+    ]
     models = json.loads(shlex.split(configure.splitlines()[-1 - len(installs)])[2])
     provider = models["providers"][plan.model.provider]
     assert provider["baseUrl"] == PROXY_URL
@@ -91,20 +120,24 @@ def test_scripts_follow_the_lock(
     assert provider["models"][0]["id"] == plan.model.model
 
     run = run_script(plan, "Fix it.")
-    assert f"/opt/bench/harness/node_modules/.bin/{command} --session-dir /logs/agent/sessions " \
+    assert (
+        f"/opt/bench/harness/node_modules/.bin/{command} --session-dir /logs/agent/sessions "
         f"--mode json -p --provider {plan.model.provider} --model {plan.model.model} " in run
+    )
     assert run.endswith("< /dev/null > /logs/agent/events.jsonl 2> /logs/agent/harness-stderr.txt")
     for script in (install, configure, run):
-        assert 'export PATH="/opt/bench/runtime/bin:/opt/bench/harness/node_modules/.bin:$PATH"' \
+        assert (
+            'export PATH="/opt/bench/runtime/bin:/opt/bench/harness/node_modules/.bin:$PATH"'
             in script
+        )
         assert "export PI_CODING_AGENT_DIR=/opt/bench/agent" in script
 
 
 def test_instruction_is_one_argument_whatever_it_holds() -> None:
-    instruction = "Don't run `rm -rf /`; echo \"$HOME\" $(id)\nsecond line"
+    instruction = 'Don\'t run `rm -rf /`; echo "$HOME" $(id)\nsecond line'
     plan = plan_for(DEMO, "bare-pi", "reference")
     run = run_script(plan, instruction)
-    words = shlex.split(run[run.index(f"{plan.command} --session-dir"):])
+    words = shlex.split(run[run.index(f"{plan.command} --session-dir") :])
     assert words[words.index("<") - 1] == instruction
 
 
@@ -122,10 +155,25 @@ def test_the_bearer_is_only_in_the_run_environment() -> None:
         ({"proxy_base_url": ""}, "proxy_base_url"),
         ({"artifacts_dir": "relative/dir"}, "artifacts_dir"),
         ({"runtime_version": "latest"}, "runtime_version"),
-        ({"harness": {"extensions": [{"source": "file:/x.tgz", "sha256": "sha256:" + "0" * 64}]}},
-         "only npm packages"),
-        ({"harness": {"id": "omp", "agent": "omp", "runtime": "bun",
-                      "extensions": [{"source": "npm:openpi@0.3.0"}]}}, "Pi harnesses only"),
+        (
+            {
+                "harness": {
+                    "extensions": [{"source": "file:/x.tgz", "sha256": "sha256:" + "0" * 64}]
+                }
+            },
+            "only npm packages",
+        ),
+        (
+            {
+                "harness": {
+                    "id": "omp",
+                    "agent": "omp",
+                    "runtime": "bun",
+                    "extensions": [{"source": "npm:openpi@0.3.0"}],
+                }
+            },
+            "Pi harnesses only",
+        ),
     ],
 )
 def test_plan_refuses_what_cannot_run_offline(change: dict[str, object], problem: str) -> None:
@@ -159,24 +207,39 @@ for import_path, model_name in json.loads(sys.argv[3]):
 def test_harbor_loads_the_agents_by_import_path(tmp_path: Path, harbor_python: Path) -> None:
     lock = DEMO
     harness = next(h for h in lock.harnesses if h.id == "bare-pi")
-    kwargs = {"harness": harness.model_dump(mode="json"),
-              "model": lock.models[0].model_dump(mode="json"),
-              "runtime_version": lock.tools.node, "proxy_base_url": PROXY_URL}
+    kwargs = {
+        "harness": harness.model_dump(mode="json"),
+        "model": lock.models[0].model_dump(mode="json"),
+        "runtime_version": lock.tools.node,
+        "proxy_base_url": PROXY_URL,
+    }
     attempts = [
         ["runner.harbor_agents.agents:PiAgent", "scripted/reference-solution"],
         ["runner.harbor_agents.agents:PiAgent", "seal/glm-5.3"],
         ["runner.harbor_agents.agents:OmpAgent", "scripted/reference-solution"],
     ]
     done = subprocess.run(
-        [str(harbor_python), "-c", _LOAD_WITH_HARBOR, json.dumps(kwargs), str(tmp_path),
-         json.dumps(attempts)],
-        capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(REPO)},
+        [
+            str(harbor_python),
+            "-c",
+            _LOAD_WITH_HARBOR,
+            json.dumps(kwargs),
+            str(tmp_path),
+            json.dumps(attempts),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert done.returncode == 0, done.stderr
     loaded, wrong_model, wrong_agent = (json.loads(line) for line in done.stdout.splitlines())
-    assert loaded == {"name": "bench-pi", "version": "0.84.2",
-                      "import_path": "runner.harbor_agents.agents:PiAgent",
-                      "model": {"name": "reference-solution", "provider": "scripted"}}
+    assert loaded == {
+        "name": "bench-pi",
+        "version": "0.84.2",
+        "import_path": "runner.harbor_agents.agents:PiAgent",
+        "model": {"name": "reference-solution", "provider": "scripted"},
+    }
     assert "is not the lock's scripted/reference-solution" in wrong_model["error"]
     assert "is not a omp harness" in wrong_agent["error"]
 
@@ -210,13 +273,21 @@ def test_a_cell_through_the_agent_scripts_earns_the_reward(
     _frozen_artifacts(container.root / "bench" / "artifacts", harness, runtime_version)
 
     with CredentialProxy(RunPaths(tmp_path / "run")) as proxy:
-        plan = AgentPlan(harness=harness, model=key_model, runtime_version=runtime_version,
-                         artifacts_dir="/bench/artifacts", proxy_base_url=proxy.base_url)
-        bearer = proxy.open_cell("cell-1", key_model, datetime.now(UTC) + timedelta(minutes=5),
-                                 reference_solution(task))
-        for script, environment in ((install_script(plan), None), (configure_script(plan), None),
-                                    (run_script(plan, (task / "instruction.md").read_text()),
-                                     bearer_environment(bearer))):
+        plan = AgentPlan(
+            harness=harness,
+            model=key_model,
+            runtime_version=runtime_version,
+            artifacts_dir="/bench/artifacts",
+            proxy_base_url=proxy.base_url,
+        )
+        bearer = proxy.open_cell(
+            "cell-1", key_model, datetime.now(UTC) + timedelta(minutes=5), reference_solution(task)
+        )
+        for script, environment in (
+            (install_script(plan), None),
+            (configure_script(plan), None),
+            (run_script(plan, (task / "instruction.md").read_text()), bearer_environment(bearer)),
+        ):
             done = container.run(script, environment, timeout=300)
             assert done.returncode == 0, "\n".join(container.log)
         counts = proxy.close_cell("cell-1")

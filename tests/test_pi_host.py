@@ -39,8 +39,12 @@ REPO = Path(__file__).resolve().parent.parent
 KEY_ENV = "PI_HOST_TEST_PROVIDER_KEY"
 WRITE_ANSWER = ProviderScript(
     name="write-answer",
-    turns=(Turn(text="Writing the answer.", tool_calls=(
-        ToolCall(arguments={"command": "echo 42 > answer.txt && cat answer.txt"}),)),),
+    turns=(
+        Turn(
+            text="Writing the answer.",
+            tool_calls=(ToolCall(arguments={"command": "echo 42 > answer.txt && cat answer.txt"}),),
+        ),
+    ),
     final_text="The answer is in answer.txt.",
 )
 
@@ -95,8 +99,15 @@ def proxy(paths: RunPaths, key: str) -> Iterator[CredentialProxy]:
 
 
 def scripted(api: str = "openai-completions") -> Model:
-    return Model(id="scripted", provider="scripted", model="reference-solution", thinking="off",
-                 api=api, base_url="scripted://local", key_env=KEY_ENV)  # type: ignore[arg-type]
+    return Model(
+        id="scripted",
+        provider="scripted",
+        model="reference-solution",
+        thinking="off",
+        api=api,
+        base_url="scripted://local",
+        key_env=KEY_ENV,
+    )  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -106,12 +117,23 @@ class PiRun:
     events: Path
 
     def messages(self) -> list[dict[str, Any]]:
-        return [event["message"] for line in self.events.read_text().splitlines()
-                if (event := json.loads(line))["type"] == "message_end"]
+        return [
+            event["message"]
+            for line in self.events.read_text().splitlines()
+            if (event := json.loads(line))["type"] == "message_end"
+        ]
 
 
-def run_agent(harness: HostHarness, agent: Agent, paths: RunPaths, cell_id: str, model: Model,
-              proxy_url: str, bearer: str, settings: dict[str, Any] | None = None) -> PiRun:
+def run_agent(
+    harness: HostHarness,
+    agent: Agent,
+    paths: RunPaths,
+    cell_id: str,
+    model: Model,
+    proxy_url: str,
+    bearer: str,
+    settings: dict[str, Any] | None = None,
+) -> PiRun:
     """The agent as a cell runs it: config dir, sessions and event log inside the cell's trial
     dir, the bearer only in its environment, the real key nowhere near it."""
     trial = paths.trial(cell_id)
@@ -122,38 +144,63 @@ def run_agent(harness: HostHarness, agent: Agent, paths: RunPaths, cell_id: str,
     (agent_dir / models_file_name(agent)).write_text(json.dumps(config))
     if settings is not None:  # Pi's settings; these tests give none to OMP
         (agent_dir / "settings.json").write_text(json.dumps(settings))
-    env = {"PATH": harness.path_env, "HOME": str(trial), "PI_CODING_AGENT_DIR": str(agent_dir),
-           "PI_OFFLINE": "1", BEARER_ENV: bearer}
+    env = {
+        "PATH": harness.path_env,
+        "HOME": str(trial),
+        "PI_CODING_AGENT_DIR": str(agent_dir),
+        "PI_OFFLINE": "1",
+        BEARER_ENV: bearer,
+    }
     events = trial / "agent-events.jsonl"
     with events.open("w") as stdout, (trial / "agent-stderr.log").open("w") as stderr:
-        result = subprocess.run([str(harness.command), *agent_command(model, "Write the answer.")],
-                                cwd=work, env=env, stdout=stdout, stderr=stderr, timeout=180,
-                                check=False)
+        result = subprocess.run(
+            [str(harness.command), *agent_command(model, "Write the answer.")],
+            cwd=work,
+            env=env,
+            stdout=stdout,
+            stderr=stderr,
+            timeout=180,
+            check=False,
+        )
     return PiRun(result.returncode, trial, events)
 
 
-def cell(proxy: CredentialProxy, paths: RunPaths, harness: HostHarness, cell_id: str,
-         model: Model, script: ProviderScript, settings: dict[str, Any] | None = None,
-         bearer: str | None = None, agent: Agent = "pi") -> tuple[PiRun, ProxyCellCounts]:
+def cell(
+    proxy: CredentialProxy,
+    paths: RunPaths,
+    harness: HostHarness,
+    cell_id: str,
+    model: Model,
+    script: ProviderScript,
+    settings: dict[str, Any] | None = None,
+    bearer: str | None = None,
+    agent: Agent = "pi",
+) -> tuple[PiRun, ProxyCellCounts]:
     issued = proxy.open_cell(cell_id, model, datetime.now(UTC) + timedelta(minutes=5), script)
-    run = run_agent(harness, agent, paths, cell_id, model, proxy.base_url, bearer or issued,
-                    settings)
+    run = run_agent(
+        harness, agent, paths, cell_id, model, proxy.base_url, bearer or issued, settings
+    )
     return run, proxy.close_cell(cell_id)
 
 
 @pytest.mark.parametrize("agent", ["pi", "omp"])
 @pytest.mark.parametrize("api", ["openai-completions", "openai-responses", "anthropic-messages"])
 def test_agent_completes_a_tool_turn_through_the_proxy(
-    request: pytest.FixtureRequest, proxy: CredentialProxy, paths: RunPaths, key: str,
-    api: str, agent: Agent,
+    request: pytest.FixtureRequest,
+    proxy: CredentialProxy,
+    paths: RunPaths,
+    key: str,
+    api: str,
+    agent: Agent,
 ) -> None:
     harness: HostHarness = request.getfixturevalue(agent)
-    run, counts = cell(proxy, paths, harness, "cell-1", scripted(api), WRITE_ANSWER,
-                       agent=agent)
+    run, counts = cell(proxy, paths, harness, "cell-1", scripted(api), WRITE_ANSWER, agent=agent)
     assert run.returncode == 0, (run.trial / "agent-stderr.log").read_text()
     assert (run.trial / "work" / "answer.txt").read_text() == "42\n"
     assert [m["stopReason"] for m in run.messages() if m["role"] == "assistant"] == [
-        "toolUse", "stop"]
+        "toolUse",
+        "stop",
+    ]
     # Physical POSTs at the proxy == POSTs the provider received == Pi's logical attempts.
     events = count_logical_attempts_in(run.events)
     assert counts.physical_posts == counts.provider_posts_received == events.logical_attempts == 2
@@ -170,7 +217,8 @@ def test_agent_completes_a_tool_turn_through_the_proxy(
     assert report.clean, report.leaks
     assert report.canary_hits == ("trials/cell-1/canary.txt",)
     assert any(path.suffix == ".jsonl" for path in (run.trial / "agent").rglob("*")), (
-        "the agent's own session file is among what was scanned")
+        "the agent's own session file is among what was scanned"
+    )
 
 
 def test_pi_sdk_retries_show_as_unattributed_posts(
@@ -207,11 +255,20 @@ def test_pi_agent_retries_are_logical_attempts(
 def test_pi_with_a_previous_cells_bearer_is_refused_and_fails_closed(
     pi: HostHarness, proxy: CredentialProxy, paths: RunPaths
 ) -> None:
-    old = proxy.open_cell("cell-1", scripted(), datetime.now(UTC) + timedelta(minutes=5),
-                          WRITE_ANSWER)
+    old = proxy.open_cell(
+        "cell-1", scripted(), datetime.now(UTC) + timedelta(minutes=5), WRITE_ANSWER
+    )
     proxy.close_cell("cell-1")
-    run, counts = cell(proxy, paths, pi, "cell-2", scripted(), WRITE_ANSWER,
-                       {"retry": {"enabled": False}}, bearer=old)
+    run, counts = cell(
+        proxy,
+        paths,
+        pi,
+        "cell-2",
+        scripted(),
+        WRITE_ANSWER,
+        {"retry": {"enabled": False}},
+        bearer=old,
+    )
     assert not (run.trial / "work" / "answer.txt").exists()
     assert (counts.rejected_requests, counts.physical_posts) == (1, 0)
     assert counts.provider_posts_received == 0
@@ -224,8 +281,10 @@ def test_an_agent_that_prints_its_bearer_is_caught_by_the_scan(
 ) -> None:
     # The bearer is in the harness's environment, so the agent's tools can see it: the scan
     # is what keeps it out of a clean receipt.
-    script = ProviderScript(name="leaky", turns=(Turn(tool_calls=(
-        ToolCall(arguments={"command": f"echo ${BEARER_ENV}"}),)),))
+    script = ProviderScript(
+        name="leaky",
+        turns=(Turn(tool_calls=(ToolCall(arguments={"command": f"echo ${BEARER_ENV}"}),)),),
+    )
     run, _ = cell(proxy, paths, pi, "cell-1", scripted(), script)
     assert run.returncode == 0
     report = scan_run(paths, proxy.secrets_to_scan())  # type: ignore[arg-type]

@@ -48,20 +48,31 @@ async def post(
 
 
 def sse_data(raw: bytes) -> list[Any]:
-    return [json.loads(line[6:]) for line in raw.decode().splitlines()
-            if line.startswith("data: ") and line != "data: [DONE]"]
+    return [
+        json.loads(line[6:])
+        for line in raw.decode().splitlines()
+        if line.startswith("data: ") and line != "data: [DONE]"
+    ]
 
 
 def test_chat_stream_plays_the_script_then_stops() -> None:
     async def body(provider: ScriptedProvider, session: aiohttp.ClientSession) -> None:
         url = provider.base_url + "/v1/chat/completions"
-        request = {"model": "m", "stream": True, "stream_options": {"include_usage": True},
-                   "messages": [{"role": "user", "content": "go"}]}
+        request = {
+            "model": "m",
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": "go"}],
+        }
         status, raw = await post(session, url, request)
         assert status == 200
         chunks = sse_data(raw)
-        calls = [c for chunk in chunks for choice in chunk["choices"]
-                 for c in choice["delta"].get("tool_calls", [])]
+        calls = [
+            c
+            for chunk in chunks
+            for choice in chunk["choices"]
+            for c in choice["delta"].get("tool_calls", [])
+        ]
         assert calls[0]["id"] == "scripted_t0_c0"
         assert calls[0]["function"]["name"] == "bash"
         assert json.loads(calls[1]["function"]["arguments"]) == {"command": "echo one"}
@@ -70,15 +81,23 @@ def test_chat_stream_plays_the_script_then_stops() -> None:
         assert raw.endswith(b"data: [DONE]\n\n")
         # The history now holds the tool call: the provider moves to the final turn.
         request["messages"] += [
-            {"role": "assistant", "tool_calls": [{
-                "id": "scripted_t0_c0", "type": "function",
-                "function": {"name": "bash", "arguments": "{}"}}]},
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {
+                        "id": "scripted_t0_c0",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": "{}"},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": "scripted_t0_c0", "content": "one"},
         ]
         status, raw = await post(session, url, request)
         final = sse_data(raw)
         assert "".join(c["choices"][0]["delta"].get("content") or "" for c in final[:-1]) == (
-            "all done")
+            "all done"
+        )
         assert final[-2]["choices"][0]["finish_reason"] == "stop"
         assert provider.posts_received == 2
 
@@ -87,8 +106,11 @@ def test_chat_stream_plays_the_script_then_stops() -> None:
 
 def test_without_include_usage_the_stream_carries_no_usage() -> None:
     async def body(provider: ScriptedProvider, session: aiohttp.ClientSession) -> None:
-        _, raw = await post(session, provider.base_url + "/chat/completions",
-                            {"model": "m", "stream": True, "messages": []})
+        _, raw = await post(
+            session,
+            provider.base_url + "/chat/completions",
+            {"model": "m", "stream": True, "messages": []},
+        )
         assert b'"usage"' not in raw
 
     run_with_provider(SCRIPT, body)
@@ -114,8 +136,9 @@ def test_each_shape_answers_json_with_usage(path: str, usage_of: Callable[[Any],
 
 def test_responses_stream_ends_with_completed_usage() -> None:
     async def body(provider: ScriptedProvider, session: aiohttp.ClientSession) -> None:
-        _, raw = await post(session, provider.base_url + "/responses",
-                            {"model": "m", "stream": True})
+        _, raw = await post(
+            session, provider.base_url + "/responses", {"model": "m", "stream": True}
+        )
         events = sse_data(raw)
         assert events[0]["type"] == "response.created"
         assert events[-1]["type"] == "response.completed"
@@ -127,8 +150,9 @@ def test_responses_stream_ends_with_completed_usage() -> None:
 def test_anthropic_stream_names_its_events() -> None:
     async def body(provider: ScriptedProvider, session: aiohttp.ClientSession) -> None:
         headers = {"x-api-key": KEY}
-        async with session.post(provider.base_url + "/v1/messages",
-                                json={"model": "m", "stream": True}, headers=headers) as response:
+        async with session.post(
+            provider.base_url + "/v1/messages", json={"model": "m", "stream": True}, headers=headers
+        ) as response:
             raw = await response.read()
         names = [line[7:] for line in raw.decode().splitlines() if line.startswith("event: ")]
         assert names[0] == "message_start"
@@ -157,8 +181,9 @@ def test_disconnect_fault_cuts_the_stream() -> None:
 
     async def body(provider: ScriptedProvider, session: aiohttp.ClientSession) -> None:
         with pytest.raises(aiohttp.ClientPayloadError):
-            await post(session, provider.base_url + "/chat/completions",
-                       {"model": "m", "stream": True})
+            await post(
+                session, provider.base_url + "/chat/completions", {"model": "m", "stream": True}
+            )
 
     run_with_provider(script, body)
 

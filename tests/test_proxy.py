@@ -31,13 +31,27 @@ CHAT = {"model": "reference-solution", "messages": [{"role": "user", "content": 
 
 
 def scripted_model(api: str = "openai-completions") -> Model:
-    return Model(id="scripted", provider="scripted", model="reference-solution", thinking="off",
-                 api=api, base_url="scripted://local", key_env=KEY_ENV)  # type: ignore[arg-type]
+    return Model(
+        id="scripted",
+        provider="scripted",
+        model="reference-solution",
+        thinking="off",
+        api=api,
+        base_url="scripted://local",
+        key_env=KEY_ENV,
+    )  # type: ignore[arg-type]
 
 
 def upstream_model(base_url: str) -> Model:
-    return Model(id="upstream", provider="test", model="m", thinking="off",
-                 api="openai-completions", base_url=base_url, key_env=KEY_ENV)
+    return Model(
+        id="upstream",
+        provider="test",
+        model="m",
+        thinking="off",
+        api="openai-completions",
+        base_url=base_url,
+        key_env=KEY_ENV,
+    )
 
 
 def soon(seconds: float = 300) -> datetime:
@@ -57,23 +71,30 @@ def proxy(paths: RunPaths, monkeypatch: pytest.MonkeyPatch) -> Iterator[Credenti
 
 
 async def post(url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, bytes]:
-    async with aiohttp.ClientSession() as session, session.post(
-        url, json=body, headers=headers
-    ) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, json=body, headers=headers) as response,
+    ):
         return response.status, await response.read()
 
 
-def bearer_post(proxy: CredentialProxy, bearer: str, path: str = "/chat/completions",
-                body: dict[str, Any] = CHAT) -> tuple[int, bytes]:
+def bearer_post(
+    proxy: CredentialProxy,
+    bearer: str,
+    path: str = "/chat/completions",
+    body: dict[str, Any] = CHAT,
+) -> tuple[int, bytes]:
     return asyncio.run(post(proxy.base_url + path, body, {"Authorization": f"Bearer {bearer}"}))
 
 
-def test_the_cell_bearer_is_swapped_for_the_key_and_counted(proxy: CredentialProxy,
-                                                           paths: RunPaths) -> None:
+def test_the_cell_bearer_is_swapped_for_the_key_and_counted(
+    proxy: CredentialProxy, paths: RunPaths
+) -> None:
     bearer = proxy.open_cell("cell-1", scripted_model(), soon(), SCRIPT)
     # The provider accepts only the real key: a 200 proves the proxy swapped the bearer.
-    status, body = bearer_post(proxy, bearer, body={**CHAT, "stream": True,
-                                                    "stream_options": {"include_usage": True}})
+    status, body = bearer_post(
+        proxy, bearer, body={**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    )
     assert status == 200 and b"scripted_t0_c0" in body
     counts = proxy.close_cell("cell-1")
     assert counts.physical_posts == 1 == counts.provider_posts_received
@@ -87,8 +108,9 @@ def test_the_cell_bearer_is_swapped_for_the_key_and_counted(proxy: CredentialPro
 
 def test_anthropic_clients_authenticate_with_x_api_key(proxy: CredentialProxy) -> None:
     bearer = proxy.open_cell("cell-1", scripted_model("anthropic-messages"), soon(), SCRIPT)
-    status, body = asyncio.run(post(proxy.base_url + "/v1/messages", {"model": "m"},
-                                    {"x-api-key": bearer}))
+    status, body = asyncio.run(
+        post(proxy.base_url + "/v1/messages", {"model": "m"}, {"x-api-key": bearer})
+    )
     assert status == 200 and b"tool_use" in body
     assert proxy.close_cell("cell-1").physical_posts == 1
 
@@ -161,8 +183,9 @@ def test_close_cancels_a_stalled_request(proxy: CredentialProxy, paths: RunPaths
     bearer = proxy.open_cell("cell-1", scripted_model(), soon(), script)
 
     async def stalled_then_close() -> None:
-        request = asyncio.create_task(post(proxy.base_url + "/chat/completions", CHAT,
-                                           {"Authorization": f"Bearer {bearer}"}))
+        request = asyncio.create_task(
+            post(proxy.base_url + "/chat/completions", CHAT, {"Authorization": f"Bearer {bearer}"})
+        )
         await asyncio.sleep(0.3)
         await asyncio.to_thread(proxy.close_cell, "cell-1")
         with pytest.raises(aiohttp.ClientError):
@@ -188,9 +211,12 @@ def test_an_unreachable_provider_is_a_502_and_still_a_physical_post(
     assert counts.provider_posts_received is None and counts.provider == "test"
 
 
-def with_upstream(handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
-                  body: Callable[[str], Awaitable[None]]) -> None:
+def with_upstream(
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    body: Callable[[str], Awaitable[None]],
+) -> None:
     """Run ``body(upstream base URL)`` while a test upstream server answers with ``handler``."""
+
     async def main() -> None:
         app = web.Application()
         app.router.add_post("/{tail:.*}", handler)
@@ -216,18 +242,25 @@ def test_streams_pass_through_chunk_by_chunk(proxy: CredentialProxy) -> None:
         await response.write(b'data: {"choices":[]}\n\n')
         # The second chunk waits until the client has the first: a buffering proxy deadlocks.
         await asyncio.wait_for(first_seen.wait(), timeout=5)
-        await response.write(b'data: {"choices":[],"usage":{"prompt_tokens":7,'
-                             b'"completion_tokens":3,"total_tokens":10}}\n\ndata: [DONE]\n\n')
+        await response.write(
+            b'data: {"choices":[],"usage":{"prompt_tokens":7,'
+            b'"completion_tokens":3,"total_tokens":10}}\n\ndata: [DONE]\n\n'
+        )
         await response.write_eof()
         return response
 
     async def client(base_url: str) -> None:
-        bearer = await asyncio.to_thread(proxy.open_cell, "cell-1", upstream_model(base_url),
-                                         soon())
-        async with aiohttp.ClientSession() as session, session.post(
-            proxy.base_url + "/chat/completions?api-version=1", json=CHAT,
-            headers={"Authorization": f"Bearer {bearer}"},
-        ) as response:
+        bearer = await asyncio.to_thread(
+            proxy.open_cell, "cell-1", upstream_model(base_url), soon()
+        )
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                proxy.base_url + "/chat/completions?api-version=1",
+                json=CHAT,
+                headers={"Authorization": f"Bearer {bearer}"},
+            ) as response,
+        ):
             first = await response.content.readuntil(b"\n\n")
             assert first == b'data: {"choices":[]}\n\n'
             first_seen.set()
@@ -247,10 +280,12 @@ def test_usage_not_returned_is_none_not_zero(proxy: CredentialProxy) -> None:
         return web.json_response({"choices": [{"message": {"content": "hi"}}]})
 
     async def client(base_url: str) -> None:
-        bearer = await asyncio.to_thread(proxy.open_cell, "cell-1", upstream_model(base_url),
-                                         soon())
-        status, _ = await post(proxy.base_url + "/chat/completions", CHAT,
-                               {"Authorization": f"Bearer {bearer}"})
+        bearer = await asyncio.to_thread(
+            proxy.open_cell, "cell-1", upstream_model(base_url), soon()
+        )
+        status, _ = await post(
+            proxy.base_url + "/chat/completions", CHAT, {"Authorization": f"Bearer {bearer}"}
+        )
         assert status == 200
         counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
         assert counts.usage_returned is False

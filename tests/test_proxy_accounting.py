@@ -18,8 +18,10 @@ def event(kind: str, role: str | None = None, **extra: object) -> str:
 
 PI_LOG = [
     json.dumps({"type": "session", "version": 3}),
-    event("message_start", "user"), event("message_end", "user"),
-    event("message_start", "assistant"), event("message_update"),
+    event("message_start", "user"),
+    event("message_end", "user"),
+    event("message_start", "assistant"),
+    event("message_update"),
     event("message_end", "assistant"),
     event("message_end", "toolResult"),
     event("message_end", "assistant"),
@@ -30,9 +32,17 @@ PI_LOG = [
 
 def counts(physical: int, provider: int | None = None) -> ProxyCellCounts:
     now = datetime.now(UTC)
-    return ProxyCellCounts(cell_id="c", model="m", provider="p", opened_at=now, closed_at=now,
-                           physical_posts=physical, rejected_requests=0,
-                           provider_posts_received=provider, usage_returned=False)
+    return ProxyCellCounts(
+        cell_id="c",
+        model="m",
+        provider="p",
+        opened_at=now,
+        closed_at=now,
+        physical_posts=physical,
+        rejected_requests=0,
+        provider_posts_received=provider,
+        usage_returned=False,
+    )
 
 
 def test_only_assistant_message_ends_are_logical_attempts() -> None:

@@ -71,9 +71,25 @@ class StandInContainer:
     ) -> subprocess.CompletedProcess[str]:
         assignments = [f"{name}={value}" for name, value in (environment or {}).items()]
         done = subprocess.run(
-            ["unshare", "--mount", "--propagation", "private", "--fork",
-             "sh", "-c", _ENTER_ROOT, "sh", str(self.root), self.workdir, command, *assignments],
-            capture_output=True, text=True, timeout=timeout, check=False,
+            [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "--fork",
+                "sh",
+                "-c",
+                _ENTER_ROOT,
+                "sh",
+                str(self.root),
+                self.workdir,
+                command,
+                *assignments,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
         self.log.append(f"$ {command}\n{done.stdout}{done.stderr}")
         return done
@@ -142,8 +158,14 @@ def test_verifier_rewards_only_the_reference_solution(
 @pytest.mark.parametrize("task_id", TASK_IDS)
 def test_task_has_harbor_layout(task_id: str) -> None:
     task = TASKS / task_id
-    for name in ("task.toml", "instruction.md", "environment/Dockerfile", "tests/test.sh",
-                 "solution/solve.sh", "solution/fail.sh"):
+    for name in (
+        "task.toml",
+        "instruction.md",
+        "environment/Dockerfile",
+        "tests/test.sh",
+        "solution/solve.sh",
+        "solution/fail.sh",
+    ):
         assert (task / name).is_file(), f"{task_id}: missing {name}"
     assert (task / "instruction.md").read_text().strip()
     config = tomllib.loads((task / "task.toml").read_text())
@@ -164,8 +186,6 @@ def test_every_from_is_a_mapped_local_base_image() -> None:
     assert all(ref.startswith("localhost/") for ref in DEMO_LOCK.tasks.base_images.values())
 
 
-
-
 def test_harbor_reads_every_task_without_warnings(harbor_python: Path) -> None:
     read = (
         "import sys\n"
@@ -176,7 +196,9 @@ def test_harbor_reads_every_task_without_warnings(harbor_python: Path) -> None:
     )
     done = subprocess.run(
         [str(harbor_python), "-W", "error", "-c", read, *(str(TASKS / t) for t in TASK_IDS)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["test.sh solve.sh"] * len(TASK_IDS)

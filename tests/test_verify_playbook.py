@@ -67,5 +67,12 @@ def test_drifted_tree_listing_only_runs_for_trees_that_differ() -> None:
 
 
 def _empty_collected() -> dict[str, object]:
-    return {"kernel": "k", "packages": {}, "files": {}, "trees": {}, "venvs": {}, "images": [],
-            "listening": []}
+    return {
+        "kernel": "k",
+        "packages": {},
+        "files": {},
+        "trees": {},
+        "venvs": {},
+        "images": [],
+        "listening": [],
+    }

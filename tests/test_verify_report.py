@@ -17,40 +17,63 @@ SHA_B = "sha256:" + "b" * 64
 
 MANIFEST = manifest_of(
     {"files": ["/usr/local/bin/*"], "trees": ["/opt"]},
-    {"kernel": "k", "packages": {"bash": "5.2", "unzip": "6.0"}, "files": {},
-     "trees": {"/opt": {"bench/tool": SHA_A, "bench/link": "symlink:tool"}}, "venvs": {},
-     "images": [], "listening": []},
+    {
+        "kernel": "k",
+        "packages": {"bash": "5.2", "unzip": "6.0"},
+        "files": {},
+        "trees": {"/opt": {"bench/tool": SHA_A, "bench/link": "symlink:tool"}},
+        "venvs": {},
+        "images": [],
+        "listening": [],
+    },
 )
 
 
 def check_event(category: str, checked: list[str], drifts: list[dict[str, str]]) -> dict[str, Any]:
     message = json.dumps({"checked": checked, "drifts": drifts})
-    return {"event": "runner_on_failed" if drifts else "runner_on_ok",
-            "event_data": {"task": f"check {category}", "ignore_errors": True,
-                           "res": {"msg": message}}}
+    return {
+        "event": "runner_on_failed" if drifts else "runner_on_ok",
+        "event_data": {"task": f"check {category}", "ignore_errors": True, "res": {"msg": message}},
+    }
 
 
 def test_checks_and_drifts_come_from_the_assert_messages() -> None:
     events = [
-        check_event("dpkg", ["bash", "unzip"],
-                    [{"item": "unzip", "expected": "6.0", "found": "absent"}]),
-        check_event("listen", ["tcp/22", "tcp/8000"],
-                    [{"item": "tcp/8000", "expected": "absent", "found": "listening"}]),
+        check_event(
+            "dpkg", ["bash", "unzip"], [{"item": "unzip", "expected": "6.0", "found": "absent"}]
+        ),
+        check_event(
+            "listen",
+            ["tcp/22", "tcp/8000"],
+            [{"item": "tcp/8000", "expected": "absent", "found": "listening"}],
+        ),
         check_event("kernel", ["release"], []),
     ]
     checks, drifts = judge(events, MANIFEST)
-    assert checks == ["dpkg:bash", "dpkg:unzip", "listen:tcp/22", "listen:tcp/8000",
-                      "kernel:release"]
-    assert drifts == [Drift(check="dpkg:unzip", expected="6.0", found="absent"),
-                      Drift(check="listen:tcp/8000", expected="absent", found="listening")]
+    assert checks == [
+        "dpkg:bash",
+        "dpkg:unzip",
+        "listen:tcp/22",
+        "listen:tcp/8000",
+        "kernel:release",
+    ]
+    assert drifts == [
+        Drift(check="dpkg:unzip", expected="6.0", found="absent"),
+        Drift(check="listen:tcp/8000", expected="absent", found="listening"),
+    ]
 
 
 def test_a_drifted_tree_becomes_one_drift_per_file_from_its_listing() -> None:
     listing = f"bench/link\tsymlink:elsewhere\nbench/new\t{SHA_B}\nbench/tool\t{SHA_A}\n"
     events = [
         check_event("tree", ["/opt"], [{"item": "/opt", "expected": SHA_A, "found": SHA_B}]),
-        {"event": "runner_item_on_ok",
-         "event_data": {"task": "list drifted trees", "res": {"item": "/opt", "stdout": listing}}},
+        {
+            "event": "runner_item_on_ok",
+            "event_data": {
+                "task": "list drifted trees",
+                "res": {"item": "/opt", "stdout": listing},
+            },
+        },
     ]
     _checks, drifts = judge(events, MANIFEST)
     assert drifts == [
@@ -66,13 +89,22 @@ def test_a_tree_without_its_listing_stays_one_drift() -> None:
 
 def test_a_task_that_failed_without_leave_is_a_drift_and_an_ignored_one_is_not() -> None:
     events = [
-        {"event": "runner_on_unreachable",
-         "event_data": {"task": "observe kernel", "res": {"msg": "ssh: connect\nrefused"}}},
-        {"event": "runner_on_failed",
-         "event_data": {"task": "observe dpkg", "ignore_errors": False,
-                        "res": {"msg": "non-zero return code", "stderr": "x"}}},
-        {"event": "runner_on_failed",
-         "event_data": {"task": "something ignored", "ignore_errors": True, "res": {}}},
+        {
+            "event": "runner_on_unreachable",
+            "event_data": {"task": "observe kernel", "res": {"msg": "ssh: connect\nrefused"}},
+        },
+        {
+            "event": "runner_on_failed",
+            "event_data": {
+                "task": "observe dpkg",
+                "ignore_errors": False,
+                "res": {"msg": "non-zero return code", "stderr": "x"},
+            },
+        },
+        {
+            "event": "runner_on_failed",
+            "event_data": {"task": "something ignored", "ignore_errors": True, "res": {}},
+        },
     ]
     assert judge(events, MANIFEST)[1] == [
         Drift(check="ansible:observe kernel", expected="ok", found="ssh: connect refused"),
@@ -81,18 +113,31 @@ def test_a_task_that_failed_without_leave_is_a_drift_and_an_ignored_one_is_not()
 
 
 def test_an_assert_that_could_not_evaluate_is_a_drift() -> None:
-    events = [{"event": "runner_on_failed",
-               "event_data": {"task": "check podman", "ignore_errors": True,
-                              "res": {"msg": "The conditional check failed: bad json"}}}]
+    events = [
+        {
+            "event": "runner_on_failed",
+            "event_data": {
+                "task": "check podman",
+                "ignore_errors": True,
+                "res": {"msg": "The conditional check failed: bad json"},
+            },
+        }
+    ]
     [drift] = judge(events, MANIFEST)[1]
     assert drift.check == "podman:(evaluation)"
     assert "bad json" in drift.found
 
 
 def report(drifts: tuple[Drift, ...], checks: tuple[str, ...]) -> VerifyReport:
-    return VerifyReport(lab="test", freeze_manifest_sha256=MANIFEST.sha256,
-                        checked_at=datetime(2026, 11, 29, tzinfo=UTC), seconds=1.5,
-                        evidence="/evidence", checks=checks, drifts=drifts)
+    return VerifyReport(
+        lab="test",
+        freeze_manifest_sha256=MANIFEST.sha256,
+        checked_at=datetime(2026, 11, 29, tzinfo=UTC),
+        seconds=1.5,
+        evidence="/evidence",
+        checks=checks,
+        drifts=drifts,
+    )
 
 
 def test_drift_lines_name_check_expected_found_and_are_capped() -> None:
@@ -107,8 +152,10 @@ def test_drift_lines_name_check_expected_found_and_are_capped() -> None:
 
 
 def test_junit_has_a_suite_per_category_and_a_failure_per_drift() -> None:
-    drifts = (Drift(check="dpkg:unzip", expected="6.0", found="absent"),
-              Drift(check="tree:/opt/bench/new", expected="absent", found=SHA_B))
+    drifts = (
+        Drift(check="dpkg:unzip", expected="6.0", found="absent"),
+        Drift(check="tree:/opt/bench/new", expected="absent", found=SHA_B),
+    )
     root = ET.fromstring(junit_xml(report(drifts, ("dpkg:bash", "dpkg:unzip", "tree:/opt"))))
     assert root.tag == "testsuites"
     assert (root.get("tests"), root.get("failures")) == ("3", "2")

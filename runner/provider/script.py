@@ -109,7 +109,5 @@ def script_for(model_name: str, task_dir: Path) -> ProviderScript:
         build = SCRIPTS_BY_MODEL[model_name]
     except KeyError:
         known = ", ".join(sorted(SCRIPTS_BY_MODEL))
-        raise InputError(
-            f"scripted model '{model_name}' is unknown (known: {known})"
-        ) from None
+        raise InputError(f"scripted model '{model_name}' is unknown (known: {known})") from None
     return build(task_dir)

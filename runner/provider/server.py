@@ -22,8 +22,9 @@ LOOPBACK = "127.0.0.1"
 
 
 def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": PROVIDER_MARKER}},
-                             status=status)
+    return web.json_response(
+        {"error": {"message": message, "type": PROVIDER_MARKER}}, status=status
+    )
 
 
 class ScriptedProvider:
@@ -109,7 +110,11 @@ class ScriptedProvider:
         )
 
     async def _stream(
-        self, request: web.Request, shape: Shape, reply: Reply, body: dict[str, Any],
+        self,
+        request: web.Request,
+        shape: Shape,
+        reply: Reply,
+        body: dict[str, Any],
         fault: Fault | None,
     ) -> web.StreamResponse:
         response = web.StreamResponse(

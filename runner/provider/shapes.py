@@ -106,15 +106,22 @@ class ChatCompletions:
     def events(self, reply: Reply, request: dict[str, Any]) -> list[bytes]:
         events = [self._chunk(reply, {"role": "assistant", "content": reply.turn.text})]
         for n, call in enumerate(reply.turn.tool_calls):
-            opening = {"index": n, "id": reply.call_id(n), "type": "function",
-                       "function": {"name": call.tool, "arguments": ""}}
+            opening = {
+                "index": n,
+                "id": reply.call_id(n),
+                "type": "function",
+                "function": {"name": call.tool, "arguments": ""},
+            }
             events.append(self._chunk(reply, {"tool_calls": [opening]}))
             arguments = {"index": n, "function": {"arguments": reply.arguments(n)}}
             events.append(self._chunk(reply, {"tool_calls": [arguments]}))
         events.append(self._chunk(reply, {}, self._finish(reply)))
         if (request.get("stream_options") or {}).get("include_usage"):
-            usage = {**self._envelope(reply, "chat.completion.chunk"), "choices": [],
-                     "usage": self._usage(reply)}
+            usage = {
+                **self._envelope(reply, "chat.completion.chunk"),
+                "choices": [],
+                "usage": self._usage(reply),
+            }
             events.append(sse(usage))
         events.append(sse("[DONE]"))
         return events
@@ -128,24 +135,42 @@ class Responses:
     def _items(self, reply: Reply) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         if reply.turn.text:
-            items.append({
-                "type": "message", "id": f"msg_{reply.response_id}", "role": "assistant",
-                "status": "completed",
-                "content": [{"type": "output_text", "text": reply.turn.text, "annotations": []}],
-            })
+            items.append(
+                {
+                    "type": "message",
+                    "id": f"msg_{reply.response_id}",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [
+                        {"type": "output_text", "text": reply.turn.text, "annotations": []}
+                    ],
+                }
+            )
         items.extend(
-            {"type": "function_call", "id": f"fc_{reply.call_id(n)}", "call_id": reply.call_id(n),
-             "name": call.tool, "arguments": reply.arguments(n), "status": "completed"}
+            {
+                "type": "function_call",
+                "id": f"fc_{reply.call_id(n)}",
+                "call_id": reply.call_id(n),
+                "name": call.tool,
+                "arguments": reply.arguments(n),
+                "status": "completed",
+            }
             for n, call in enumerate(reply.turn.tool_calls)
         )
         return items
 
     def body(self, reply: Reply) -> dict[str, Any]:
         return {
-            "id": reply.response_id, "object": "response", "status": "completed",
-            "model": reply.model, "output": self._items(reply),
-            "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens,
-                      "total_tokens": reply.input_tokens + reply.output_tokens},
+            "id": reply.response_id,
+            "object": "response",
+            "status": "completed",
+            "model": reply.model,
+            "output": self._items(reply),
+            "usage": {
+                "input_tokens": reply.input_tokens,
+                "output_tokens": reply.output_tokens,
+                "total_tokens": reply.input_tokens + reply.output_tokens,
+            },
         }
 
     def events(self, reply: Reply, request: dict[str, Any]) -> list[bytes]:
@@ -160,15 +185,31 @@ class Responses:
                 opening["arguments"] = ""
             events.append(("response.output_item.added", {"output_index": index, "item": opening}))
             if item["type"] == "message":
-                events.append(("response.output_text.delta", {
-                    "output_index": index, "item_id": item["id"], "content_index": 0,
-                    "delta": reply.turn.text}))
+                events.append(
+                    (
+                        "response.output_text.delta",
+                        {
+                            "output_index": index,
+                            "item_id": item["id"],
+                            "content_index": 0,
+                            "delta": reply.turn.text,
+                        },
+                    )
+                )
             else:
                 delta: dict[str, Any] = {"output_index": index, "item_id": item["id"]}
-                events.append(("response.function_call_arguments.delta",
-                               {**delta, "delta": item["arguments"]}))
-                events.append(("response.function_call_arguments.done",
-                               {**delta, "arguments": item["arguments"]}))
+                events.append(
+                    (
+                        "response.function_call_arguments.delta",
+                        {**delta, "delta": item["arguments"]},
+                    )
+                )
+                events.append(
+                    (
+                        "response.function_call_arguments.done",
+                        {**delta, "arguments": item["arguments"]},
+                    )
+                )
             events.append(("response.output_item.done", {"output_index": index, "item": item}))
         events.append(("response.completed", {"response": final}))
         return [
@@ -187,8 +228,7 @@ class AnthropicMessages:
         if reply.turn.text:
             blocks.append({"type": "text", "text": reply.turn.text})
         blocks.extend(
-            {"type": "tool_use", "id": reply.call_id(n), "name": call.tool,
-             "input": call.arguments}
+            {"type": "tool_use", "id": reply.call_id(n), "name": call.tool, "input": call.arguments}
             for n, call in enumerate(reply.turn.tool_calls)
         )
         return blocks
@@ -198,15 +238,23 @@ class AnthropicMessages:
 
     def body(self, reply: Reply) -> dict[str, Any]:
         return {
-            "id": reply.response_id, "type": "message", "role": "assistant",
-            "model": reply.model, "content": self._blocks(reply),
-            "stop_reason": self._stop_reason(reply), "stop_sequence": None,
+            "id": reply.response_id,
+            "type": "message",
+            "role": "assistant",
+            "model": reply.model,
+            "content": self._blocks(reply),
+            "stop_reason": self._stop_reason(reply),
+            "stop_sequence": None,
             "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens},
         }
 
     def events(self, reply: Reply, request: dict[str, Any]) -> list[bytes]:
-        started = {**self.body(reply), "content": [], "stop_reason": None,
-                   "usage": {"input_tokens": reply.input_tokens, "output_tokens": 1}}
+        started = {
+            **self.body(reply),
+            "content": [],
+            "stop_reason": None,
+            "usage": {"input_tokens": reply.input_tokens, "output_tokens": 1},
+        }
         events: list[dict[str, Any]] = [{"type": "message_start", "message": started}]
         for index, block in enumerate(self._blocks(reply)):
             opening: dict[str, Any]
@@ -223,8 +271,11 @@ class AnthropicMessages:
                 {"type": "content_block_stop", "index": index},
             ]
         events += [
-            {"type": "message_delta", "delta": {"stop_reason": self._stop_reason(reply)},
-             "usage": {"output_tokens": reply.output_tokens}},
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": self._stop_reason(reply)},
+                "usage": {"output_tokens": reply.output_tokens},
+            },
             {"type": "message_stop"},
         ]
         return [sse(event, event=event["type"]) for event in events]

@@ -48,7 +48,14 @@ def models_config(
 def agent_command(model: Model, prompt: str) -> list[str]:
     """Arguments after the ``pi``/``omp`` executable: one prompt, JSON events on stdout, exit."""
     return [
-        "--mode", "json", "-p",
-        "--provider", model.provider, "--model", model.model, "--thinking", model.thinking,
+        "--mode",
+        "json",
+        "-p",
+        "--provider",
+        model.provider,
+        "--model",
+        model.model,
+        "--thinking",
+        model.thinking,
         prompt,
     ]

@@ -48,16 +48,35 @@ BEARER_BYTES = 32  # 256 bits from secrets.token_urlsafe
 SCRIPTED_SCHEME = "scripted://"
 
 # Never forwarded upstream: the client's credentials, hop-by-hop headers, and what aiohttp sets.
-_REQUEST_HEADERS_DROPPED = frozenset({
-    "authorization", "x-api-key", "host", "content-length", "connection", "keep-alive",
-    "proxy-authorization", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
-    "accept-encoding",
-})
+_REQUEST_HEADERS_DROPPED = frozenset(
+    {
+        "authorization",
+        "x-api-key",
+        "host",
+        "content-length",
+        "connection",
+        "keep-alive",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "accept-encoding",
+    }
+)
 # Never passed back: hop-by-hop headers and framing that aiohttp redoes for the client.
-_RESPONSE_HEADERS_DROPPED = frozenset({
-    "content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding",
-    "upgrade", "trailer",
-})
+_RESPONSE_HEADERS_DROPPED = frozenset(
+    {
+        "content-length",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "content-encoding",
+        "upgrade",
+        "trailer",
+    }
+)
 
 
 @dataclass
@@ -135,7 +154,10 @@ class CredentialProxy:
         self.stop()
 
     def open_cell(
-        self, cell_id: str, model: Model, deadline: datetime,
+        self,
+        cell_id: str,
+        model: Model,
+        deadline: datetime,
         script: ProviderScript | None = None,
     ) -> str:
         """A fresh bearer, valid for this cell until ``deadline`` or ``close_cell``."""
@@ -199,9 +221,15 @@ class CredentialProxy:
         bearer = secrets.token_urlsafe(BEARER_BYTES)
         self._bearers.append(bearer)
         self._keys.add(key)
-        self._cell = _Cell(cell_id=cell_id, model=model, bearer=bearer,
-                           deadline=deadline.timestamp(), upstream=upstream, key=key,
-                           opened_at=datetime.now(UTC))
+        self._cell = _Cell(
+            cell_id=cell_id,
+            model=model,
+            bearer=bearer,
+            deadline=deadline.timestamp(),
+            upstream=upstream,
+            key=key,
+            opened_at=datetime.now(UTC),
+        )
         return bearer
 
     async def _scripted_provider(self, key: str, script: ProviderScript) -> str:
@@ -226,8 +254,11 @@ class CredentialProxy:
         return self._counts(cell)
 
     def _counts(self, cell: _Cell) -> ProxyCellCounts:
-        answered = [entry for entry in cell.requests
-                    if entry.outcome == "forwarded" and 200 <= entry.status < 300]
+        answered = [
+            entry
+            for entry in cell.requests
+            if entry.outcome == "forwarded" and 200 <= entry.status < 300
+        ]
         reported = [entry.usage for entry in answered if entry.usage is not None]
 
         def total(name: str) -> int | None:
@@ -296,8 +327,11 @@ class CredentialProxy:
         self, request: web.Request, cell: _Cell, header: str, exchange: _Exchange
     ) -> web.StreamResponse:
         assert self._session is not None
-        headers = {name: value for name, value in request.headers.items()
-                   if name.lower() not in _REQUEST_HEADERS_DROPPED}
+        headers = {
+            name: value
+            for name, value in request.headers.items()
+            if name.lower() not in _REQUEST_HEADERS_DROPPED
+        }
         headers[header] = cell.key if header == "x-api-key" else f"Bearer {cell.key}"
         headers["Accept-Encoding"] = "identity"  # usage must be readable as it passes
         body = await request.read()
@@ -306,11 +340,13 @@ class CredentialProxy:
         response = web.StreamResponse()
         cell.physical_posts += 1
         try:
-            async with self._session.post(cell.upstream + request.path_qs, data=body,
-                                          headers=headers, timeout=timeout) as upstream:
+            async with self._session.post(
+                cell.upstream + request.path_qs, data=body, headers=headers, timeout=timeout
+            ) as upstream:
                 exchange.status = upstream.status
                 passed_back = CIMultiDict(
-                    (name, value) for name, value in upstream.headers.items()
+                    (name, value)
+                    for name, value in upstream.headers.items()
                     if name.lower() not in _RESPONSE_HEADERS_DROPPED
                 )
                 event_stream = "text/event-stream" in upstream.headers.get("Content-Type", "")
@@ -320,10 +356,15 @@ class CredentialProxy:
                     payload = await upstream.read()
                     meter.feed(payload)
                     exchange.usage, exchange.response_bytes = meter.result(), len(payload)
-                    return web.Response(body=payload, status=upstream.status,
-                                        reason=upstream.reason, headers=passed_back)
-                response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
-                                              headers=passed_back)
+                    return web.Response(
+                        body=payload,
+                        status=upstream.status,
+                        reason=upstream.reason,
+                        headers=passed_back,
+                    )
+                response = web.StreamResponse(
+                    status=upstream.status, reason=upstream.reason, headers=passed_back
+                )
                 await response.prepare(request)
                 async for chunk in upstream.content.iter_any():
                     meter.feed(chunk)
@@ -348,7 +389,11 @@ class CredentialProxy:
             return web.json_response({"error": {"message": "provider unreachable"}}, status=502)
 
     def _record(
-        self, cell: _Cell | None, request: web.Request, started_at: datetime, started: float,
+        self,
+        cell: _Cell | None,
+        request: web.Request,
+        started_at: datetime,
+        started: float,
         exchange: _Exchange,
     ) -> None:
         entry = RequestLogEntry(
@@ -365,6 +410,13 @@ class CredentialProxy:
         )
         if cell is not None:
             cell.requests.append(entry)
-        log.info("proxy: %s %s -> %d %s (%d B, %.1f ms) cell=%s", entry.method, entry.path,
-                 entry.status, entry.outcome, entry.response_bytes, entry.duration_ms,
-                 entry.cell_id)
+        log.info(
+            "proxy: %s %s -> %d %s (%d B, %.1f ms) cell=%s",
+            entry.method,
+            entry.path,
+            entry.status,
+            entry.outcome,
+            entry.response_bytes,
+            entry.duration_ms,
+            entry.cell_id,
+        )

@@ -71,7 +71,8 @@ class UsageMeter:
             return
         for usage in _usage_objects(event):
             for field, names in _FIELDS.items():
-                value = next((usage[name] for name in names if isinstance(usage.get(name), int)),
-                             None)
+                value = next(
+                    (usage[name] for name in names if isinstance(usage.get(name), int)), None
+                )
                 if value is not None:
                     self._fields[field] = value

@@ -38,13 +38,13 @@ def main() -> None:
     kept = data[: KEEP_PAGES * PAGE_SIZE]
     database.write_bytes(kept)
     # A row survives when its word is still in the kept bytes (each word is stored once).
-    surviving = [
-        {"word": word, "value": value} for word, value in rows() if word.encode() in kept
-    ]
+    surviving = [{"word": word, "value": value} for word, value in rows() if word.encode() in kept]
     listing = ",\n".join(json.dumps(row) for row in surviving)
     (HERE / "tests" / "expected.json").write_text(f"[\n{listing}\n]\n")
-    print(f"{len(data)} bytes cut to {len(kept)}; {len(surviving)} of {len(rows())} rows survive",
-          file=sys.stderr)
+    print(
+        f"{len(data)} bytes cut to {len(kept)}; {len(surviving)} of {len(rows())} rows survive",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

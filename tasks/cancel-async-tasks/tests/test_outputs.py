@@ -16,7 +16,10 @@ DEADLINE = 120  # seconds; only a hang gets near it
 def run_to_end(tasks: int, max_concurrent: int) -> list[str]:
     done = subprocess.run(
         [*DRIVER, "--tasks", str(tasks), "--max-concurrent", str(max_concurrent), "--work", "0.3"],
-        capture_output=True, text=True, timeout=DEADLINE, check=False,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
     )
     assert done.returncode == 0, f"run_tasks failed: {done.stderr.strip()[-500:]}"
     return done.stdout.splitlines()
@@ -26,7 +29,9 @@ def interrupt_after_starts(tasks: int, max_concurrent: int, starts: int) -> list
     """SIGINT once ``starts`` tasks have started; the tasks would otherwise work for minutes."""
     process = subprocess.Popen(
         [*DRIVER, "--tasks", str(tasks), "--max-concurrent", str(max_concurrent), "--work", "300"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert process.stdout is not None
     events: list[str] = []
@@ -63,8 +68,11 @@ def cancels_below_the_limit() -> None:
         assert f"cleanup {i}" in events, f"task {i}'s cleanup did not run: {events}"
 
 
-CHECKS = [runs_concurrently_within_the_limit, cancels_started_tasks_with_cleanup,
-          cancels_below_the_limit]
+CHECKS = [
+    runs_concurrently_within_the_limit,
+    cancels_started_tasks_with_cleanup,
+    cancels_below_the_limit,
+]
 
 if __name__ == "__main__":
     for check in CHECKS:
