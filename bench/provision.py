@@ -119,7 +119,7 @@ def same_checks_playbook(plan: GuestPlan) -> list[dict[str, Any]]:
     ]  # fmt: skip
     units = [
         *plan.runtimes,
-        *plan.runtime_archives,
+        *plan.container_runtimes,
         *(tree for tree, _ in plan.harness_trees),
         plan.runner_package,
         *plan.tasks,

@@ -7,7 +7,7 @@
     bun/bin/bun                      Bun
     harbor/bin/harbor                Harbor's venv; ``python/`` is on its path
     python/runner/                   the repository's runner package (``runner.harbor_agents``)
-    runtimes/<runtime>-<version>.tgz the frozen artifacts a task container installs the harness
+    runtimes/<runtime>-<version>/    the frozen artifacts a task container runs the harness
     harnesses/<harness id>/          from (runner.harbor_agents.plan.ArtifactPaths); the local
         node_modules/.bin/pi|omp     base image carries this same tree at /bench/artifacts
 /srv/tasks/<task id>/                Harbor task dirs (task.toml, environment/, tests/, ...)

@@ -29,6 +29,7 @@ SCHEMA_VERSION: Literal[1] = 1
 _SLUG = r"^[a-z0-9][a-z0-9._-]*$"
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")
 _SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
+_NPM_NAME = r"^(@[a-z0-9][\w.-]*/)?[a-z0-9][\w.-]*$"
 _NPM = re.compile(r"^npm:(?P<name>(@[a-z0-9][\w.-]*/)?[a-z0-9][\w.-]*)@(?P<version>\d[\w.+-]*)$")
 _GIT = re.compile(r"^git\+(?P<url>(https|ssh|file)://\S+?)#(?P<rev>[0-9a-f]{40})$")
 _FILE = re.compile(r"^file:(?P<path>\S+)$")
@@ -58,17 +59,28 @@ class PinnedPackage(FrozenModel):
 
     source: PackageSource
     sha256: str | None = Field(default=None, pattern=_SHA256.pattern)
+    # The package's own name (its package.json "name"), for a source that does not say it: a
+    # harness registers an extension by the name it is installed under. Resolution checks it.
+    name: str | None = Field(default=None, pattern=_NPM_NAME)
 
     @model_validator(mode="after")
     def _tarball_needs_digest(self) -> PinnedPackage:
         if self.source.startswith("file:") and self.sha256 is None:
             raise ValueError("a 'file:' source needs its sha256")
+        if self.name is not None and _NPM.match(self.source):
+            raise ValueError("an 'npm:' source names its package itself: drop 'name'")
         return self
 
     @property
     def npm_name(self) -> str | None:
+        """The name on the npm registry (``npm:`` sources only)."""
         match = _NPM.match(self.source)
         return match["name"] if match else None
+
+    @property
+    def package_name(self) -> str | None:
+        """The name it is installed under in node_modules, where the lock says it."""
+        return self.npm_name or self.name
 
     @property
     def version(self) -> str | None:

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from runner.artifacts.npm import missing_platform_packages, packages_for_guest
+from runner.artifacts.npm import misnamed_tarballs, missing_platform_packages, packages_for_guest
 from runner.artifacts.platform import GuestPlatform, platform_of
+from runner.lock import PinnedPackage
 
 FIXTURES = Path(__file__).parent / "fixtures" / "npm_platform"
 CASES = sorted(FIXTURES.glob("*.json"))
@@ -86,3 +87,33 @@ def test_npm_os_cpu_libc_rule(
     fields: tuple[list[str], list[str], list[str]], accepted: bool
 ) -> None:
     assert GuestPlatform("aarch64").accepts(*fields) is accepted
+
+
+DEMO_TARBALL = {"source": "file:../x/pi-bench-demo-0.1.0.tgz", "sha256": "sha256:" + "0" * 64}
+LOCKFILE_WITH_TARBALL = {
+    "packages": {
+        "": {"name": "pi-demo"},
+        "node_modules/pi-bench-demo": {"resolved": "file:tarballs/pi-bench-demo-0.1.0.tgz"},
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "problems"),
+    [
+        ("pi-bench-demo", []),
+        (None, []),  # nothing to check: a harness refuses to register it by name
+        (
+            "openpi",
+            [
+                "file:../x/pi-bench-demo-0.1.0.tgz: its package.json names it 'pi-bench-demo', "
+                "the lock says 'openpi'"
+            ],
+        ),
+    ],
+)
+def test_a_pinned_tarball_must_carry_the_name_the_lock_gives_it(
+    name: str | None, problems: list[str]
+) -> None:
+    package = PinnedPackage.model_validate({**DEMO_TARBALL, "name": name})
+    assert misnamed_tarballs(LOCKFILE_WITH_TARBALL, [package]) == problems

@@ -108,11 +108,11 @@ def test_a_task_container_builds_from_the_local_base_image_and_runs(
     tag = f"localhost/bench-test-{task}:latest"
     context = GUEST.task(task) / "environment"
     run(guest, f"podman build --pull=never -q -t {tag} {context}", timeout=1200)
-    archive = GUEST.image_artifacts.runtime_archive("node", LOCK.tools.node)
+    node = GUEST.image_artifacts.runtime_dir("node", LOCK.tools.node) / "bin" / "node"
     pi = GUEST.image_artifacts.harness_tree("pi-demo") / "node_modules" / ".bin" / "pi"
     check = (
         "python3 -c 'import sqlite3, asyncio; print(42)' && git --version "
-        f"&& test -s {archive} && test -e {pi}"
+        f"&& test -x {node} && test -e {pi}"
     )
     out = run(guest, f"podman run --rm --network none {tag} bash -c {shlex.quote(check)}", 600)
     assert out.splitlines()[0] == "42"

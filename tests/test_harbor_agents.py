@@ -13,7 +13,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import tarfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -57,13 +56,13 @@ def plan_for(lock: Lock, harness_id: str, model_id: str) -> AgentPlan:
     )
 
 
-# (lock, harness, model) -> runtime archive, harness tree, command, models file, extension dirs
+# (lock, harness, model) -> runtime dir, harness tree, command, models file, extension dirs
 CASES = [
     (
         SEED,
         "bare-pi",
         "glm",
-        "runtimes/node-22.23.5.tgz",
+        "runtimes/node-22.23.5",
         "harnesses/bare-pi",
         "pi",
         "models.json",
@@ -73,45 +72,62 @@ CASES = [
         SEED,
         "openpi",
         "luna",
-        "runtimes/node-22.23.5.tgz",
+        "runtimes/node-22.23.5",
         "harnesses/openpi",
         "pi",
         "models.json",
         ["openpi"],
     ),
-    (SEED, "omp", "glm", "runtimes/bun-1.3.14.tgz", "harnesses/omp", "omp", "models.yml", []),
-    (DEMO, "omp", "reference", "runtimes/bun-1.3.14.tgz", "harnesses/omp", "omp", "models.yml", []),
+    (SEED, "omp", "glm", "runtimes/bun-1.3.14", "harnesses/omp", "omp", "models.yml", []),
+    (DEMO, "omp", "reference", "runtimes/bun-1.3.14", "harnesses/omp", "omp", "models.yml", []),
+    (
+        DEMO,
+        "pi-demo",
+        "wrong",
+        "runtimes/node-22.23.5",
+        "harnesses/pi-demo",
+        "pi",
+        "models.json",
+        ["pi-bench-demo"],
+    ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("lock", "harness_id", "model_id", "archive", "tree", "command", "models_file", "extensions"),
+    (
+        "lock",
+        "harness_id",
+        "model_id",
+        "runtime_dir",
+        "tree",
+        "command",
+        "models_file",
+        "names",
+    ),
     CASES,
 )
 def test_scripts_follow_the_lock(
     lock: Lock,
     harness_id: str,
     model_id: str,
-    archive: str,
+    runtime_dir: str,
     tree: str,
     command: str,
     models_file: str,
-    extensions: list[str],
+    names: list[str],
 ) -> None:
     plan = plan_for(lock, harness_id, model_id)
-    runtime = plan.harness.runtime
     install = install_script(plan)
-    assert f"tar -xzf /bench/artifacts/{archive} " in install
-    assert f"--strip-components=2 package/bin/{runtime}" in install
-    assert f"cp -R /bench/artifacts/{tree}/. /opt/bench/harness/" in install
+    harness_bin = f"/bench/artifacts/{tree}/node_modules/.bin"
+    assert f"test -x {harness_bin}/{command}" in install
+    assert "tar " not in install and "cp " not in install  # run in place, nothing unpacked
 
     configure = configure_script(plan)
     assert f"> /opt/bench/agent/{models_file}" in configure
     installs = [line for line in configure.splitlines() if " install " in line]
     assert installs == [
-        f"/opt/bench/harness/node_modules/.bin/{command} install "
-        f"/opt/bench/harness/node_modules/{name}"
-        for name in extensions
+        f"{harness_bin}/{command} install /bench/artifacts/{tree}/node_modules/{name}"
+        for name in names
     ]
     models = json.loads(shlex.split(configure.splitlines()[-1 - len(installs)])[2])
     provider = models["providers"][plan.model.provider]
@@ -121,15 +137,12 @@ def test_scripts_follow_the_lock(
 
     run = run_script(plan, "Fix it.")
     assert (
-        f"/opt/bench/harness/node_modules/.bin/{command} --session-dir /logs/agent/sessions "
+        f"{harness_bin}/{command} --session-dir /logs/agent/sessions "
         f"--mode json -p --provider {plan.model.provider} --model {plan.model.model} " in run
     )
     assert run.endswith("< /dev/null > /logs/agent/events.jsonl 2> /logs/agent/harness-stderr.txt")
     for script in (install, configure, run):
-        assert (
-            'export PATH="/opt/bench/runtime/bin:/opt/bench/harness/node_modules/.bin:$PATH"'
-            in script
-        )
+        assert f'export PATH="/bench/artifacts/{runtime_dir}/bin:{harness_bin}:$PATH"' in script
         assert "export PI_CODING_AGENT_DIR=/opt/bench/agent" in script
 
 
@@ -161,7 +174,7 @@ def test_the_bearer_is_only_in_the_run_environment() -> None:
                     "extensions": [{"source": "file:/x.tgz", "sha256": "sha256:" + "0" * 64}]
                 }
             },
-            "only npm packages",
+            "package 'name'",
         ),
         (
             {
@@ -249,11 +262,9 @@ def _frozen_artifacts(root: Path, harness: Harness, runtime_version: str) -> Pat
     installed = host_harness(harness, runtime_version)
     prefix = installed.command.parents[2]  # <prefix>/node_modules/.bin/<command>
     shutil.copytree(prefix, root / "harnesses" / harness.id, symlinks=True, copy_function=os.link)
-    runtimes = root / "runtimes"
-    runtimes.mkdir()
-    archive_path = runtimes / f"{harness.runtime}-{runtime_version}.tgz"
-    with tarfile.open(archive_path, "w:gz", compresslevel=1) as archive:
-        archive.add(installed.runtime, f"package/bin/{harness.runtime}")
+    runtime_bin = root / "runtimes" / f"{harness.runtime}-{runtime_version}" / "bin"
+    runtime_bin.mkdir(parents=True)
+    os.link(installed.runtime, runtime_bin / harness.runtime)
     return root
 
 

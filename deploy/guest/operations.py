@@ -72,20 +72,6 @@ def unpacked(
     yield from _unit(unit, digest, installed, [*_replace_dir(dest, extract), *verify])
 
 
-@operation()
-def copied(unit: str, blob: str, dest: str, digest: str) -> Commands:
-    """
-    ``dest`` is a copy of ``blob`` (a file the task containers read, outside the 9p share).
-
-    + unit: name of the unit (its stamp file)
-    + blob: the file in the guest (in the 9p share)
-    + dest: the copy
-    + digest: the blob's digest, recorded when done
-    """
-    copy = f"mkdir -p {_q(dest.rsplit('/', 1)[0])} && cp {_q(blob)} {_q(dest)}.new"
-    yield from _unit(unit, digest, dest, [copy, f"mv {_q(dest)}.new {_q(dest)}"])
-
-
 @dataclass(frozen=True)
 class DebFile:
     name: str

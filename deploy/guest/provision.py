@@ -69,6 +69,9 @@ def _rootfs_tar() -> str:
     )
 
 
+RUNTIMES = ("node", "bun")  # the order of GuestPlan's runtime bundles
+
+
 @dataclass(frozen=True)
 class Bundle:
     """A unit the guest unpacks or copies from the store: where to, and from which blob."""
@@ -86,7 +89,7 @@ class Bundle:
 class GuestPlan:
     debs: tuple[guest.DebFile, ...]
     runtimes: tuple[Bundle, ...]  # node, bun: unpacked for the guest itself
-    runtime_archives: tuple[Bundle, ...]  # the same tarballs, copied for the task containers
+    container_runtimes: tuple[Bundle, ...]  # the same, unpacked again for the task containers
     harness_trees: tuple[tuple[Bundle, str], ...]  # with the agent command it must hold
     harbor_requirement: str
     wheels: tuple[tuple[str, str], ...]
@@ -136,15 +139,13 @@ def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
             f"{len(missing)} artifacts of the resolution are not in the store "
             f"(first: {missing[0]}): run 'runner resolve {lock_path}'"
         )
-    node, bun = _one(resolution, "node-binary"), _one(resolution, "bun-binary")
-    runtimes = (
-        Bundle("node", runtime_bundle(store, paths, node), str(GUEST.node_dir)),
-        Bundle("bun", runtime_bundle(store, paths, bun), str(GUEST.bun_dir)),
-    )
-    archives = GUEST.container_artifacts
-    runtime_archives = (
-        Bundle("node-archive", node.sha256, str(archives.runtime_archive("node", lock.tools.node))),
-        Bundle("bun-archive", bun.sha256, str(archives.runtime_archive("bun", lock.tools.bun))),
+    node = runtime_bundle(store, paths, _one(resolution, "node-binary"))
+    bun = runtime_bundle(store, paths, _one(resolution, "bun-binary"))
+    runtimes = (Bundle("node", node, str(GUEST.node_dir)), Bundle("bun", bun, str(GUEST.bun_dir)))
+    artifacts = GUEST.container_artifacts
+    container_runtimes = (
+        Bundle("node-container", node, str(artifacts.runtime_dir("node", lock.tools.node))),
+        Bundle("bun-container", bun, str(artifacts.runtime_dir("bun", lock.tools.bun))),
     )
     agents = {harness.id: harness.agent for harness in lock.harnesses}
     trees = tuple(
@@ -179,7 +180,7 @@ def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
             if a.kind == "deb"
         ),
         runtimes=runtimes,
-        runtime_archives=runtime_archives,
+        container_runtimes=container_runtimes,
         harness_trees=trees,
         harbor_requirement=f"harbor=={lock.tools.harbor}",
         wheels=wheels,
@@ -193,7 +194,7 @@ def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
                     "rootfs": _rootfs_tar(),
                     "guest": sha256_digest(canonical_json(lock.guest)),
                     "debs": [deb.sha256 for deb in resolution.artifacts if deb.kind == "deb"],
-                    "artifacts": [b.digest for b in runtime_archives]
+                    "artifacts": [b.digest for b in container_runtimes]
                     + [tree.digest for tree, _ in trees],
                 }
             )
@@ -220,10 +221,19 @@ def guest_provisioning(plan: GuestPlan) -> None:
     )
     guest.debs_installed(name="Debian packages of the resolution", debs=plan.debs)
     files.file(name="Podman's docker command without its notice", path="/etc/containers/nodocker")
-    files.put(
+    podman_config = files.put(
         name="Podman manages cgroups itself (no D-Bus in the guest for systemd's manager)",
         src=io.StringIO('[engine]\ncgroup_manager = "cgroupfs"\n'),
         dest="/etc/containers/containers.conf.d/50-bench.conf",
+    )
+    # The API service reads containers.conf when it starts: one started before the file (the
+    # package's socket activates it on first use) would keep the systemd manager ("crun: cannot
+    # open sd-bus" at every container start), so a changed file stops it.
+    systemd.service(
+        name="Podman's API service restarted on its next connection (config changed)",
+        service="podman.service",
+        running=False,
+        _if=podman_config.did_change,
     )
     systemd.service(
         name="Podman's Docker-compatible socket for Harbor",
@@ -237,23 +247,16 @@ def guest_provisioning(plan: GuestPlan) -> None:
         shell="/bin/bash",
         create_home=True,
     )
-    for runtime in plan.runtimes:
-        guest.unpacked(
-            name=f"{runtime.unit} in {runtime.dest}",
-            unit=runtime.unit,
-            blob=runtime.blob,
-            dest=runtime.dest,
-            digest=runtime.digest,
-            check=f"bin/{runtime.unit}",
-        )
-    for archive in plan.runtime_archives:
-        guest.copied(
-            name=f"{archive.dest} for the task containers",
-            unit=archive.unit,
-            blob=archive.blob,
-            dest=archive.dest,
-            digest=archive.digest,
-        )
+    for bundles in (plan.runtimes, plan.container_runtimes):
+        for runtime, command in zip(bundles, RUNTIMES, strict=True):
+            guest.unpacked(
+                name=f"{runtime.unit} in {runtime.dest}",
+                unit=runtime.unit,
+                blob=runtime.blob,
+                dest=runtime.dest,
+                digest=runtime.digest,
+                check=f"bin/{command}",
+            )
     for tree, agent in plan.harness_trees:
         guest.unpacked(
             name=f"Harness tree {tree.dest}",

