@@ -73,7 +73,7 @@ class CellRunner:
     guest: GuestTransport
     proxy: CredentialProxy
     task_root: Path
-    reset_guest: Callable[[], None] | None  # None: cells run without a reset (verify instead)
+    reset_guest: Callable[[], object] | None  # None: cells run without a reset (verify instead)
 
     def model(self, cell: Cell) -> Model:
         return next(model for model in self.lock.models if model.id == cell.model)

@@ -110,9 +110,7 @@ def execute(options: ExecuteOptions, console: Console) -> Receipt:
                 guest=guest,
                 proxy=proxy,
                 task_root=task_root(run.lock),
-                reset_guest=(lambda: reset_and_reconnect(options.lab, guest))
-                if options.reset
-                else None,
+                reset_guest=(lambda: reset_lab(options.lab, guest)) if options.reset else None,
             )
             progress = RunProgress(
                 total=len(run.schedule.cells), deadline_seconds=run.lock.cell_deadline_seconds
@@ -143,10 +141,3 @@ def task_root(lock: Lock) -> Path:
     if lock.tasks.path is None:
         raise InputError("git task sources are not supported by execute yet; use a local path")
     return REPO_ROOT / lock.tasks.path / lock.tasks.subdir
-
-
-def reset_and_reconnect(lab: str, guest: GuestTransport) -> None:
-    """A restore drops the SSH session: reconnect once the guest answers again."""
-    reset_lab(lab)
-    guest.close()
-    guest.connect(wait_seconds=60)

@@ -16,7 +16,7 @@ from runner.freeze import guest_transport, load_freeze
 from runner.lab import LabPaths, LabState, load_lab_state
 from runner.lock import FrozenModel
 from runner.snapshot import RestoreTimes, restore_frozen_state
-from runner.transport import GuestError
+from runner.transport import GuestError, GuestTransport
 
 SSH_WAIT_SECONDS = 60.0
 _BANNER = b"SSH-"
@@ -45,12 +45,14 @@ def wait_for_banner(lab: LabState, wait_seconds: float = SSH_WAIT_SECONDS) -> No
         time.sleep(0.05)
 
 
-def set_guest_clock(lab: LabState) -> None:
-    with guest_transport(lab).connect(SSH_WAIT_SECONDS) as guest:
-        guest.check(f"date -u -s @{time.time():.3f} >/dev/null", timeout=30)
+def set_guest_clock(guest: GuestTransport) -> None:
+    guest.check(f"date -u -s @{time.time():.3f} >/dev/null", timeout=30)
 
 
-def reset_lab(lab_name: str) -> ResetTimes:
+def reset_lab(lab_name: str, guest: GuestTransport | None = None) -> ResetTimes:
+    """Restore the freeze and set the guest's clock. ``guest``: the caller's transport (its
+    session died with the restore), reconnected and used for the clock, so a cell pays one SSH
+    handshake, not two."""
     lab = load_lab_state(LabPaths.for_lab(lab_name))
     manifest, saved = load_freeze(lab_name)
     started = time.monotonic()
@@ -58,7 +60,12 @@ def reset_lab(lab_name: str) -> ResetTimes:
     restored = time.monotonic()
     wait_for_banner(lab)
     answered = time.monotonic()
-    set_guest_clock(lab)
+    if guest is None:
+        with guest_transport(lab).connect(SSH_WAIT_SECONDS) as own:
+            set_guest_clock(own)
+    else:
+        guest.close()
+        set_guest_clock(guest.connect(SSH_WAIT_SECONDS))
     done = time.monotonic()
     return ResetTimes(
         freeze_manifest_sha256=manifest.sha256,
