@@ -3,8 +3,11 @@
 After a run, every file under the retained roots (the whole run directory by default: ledger,
 attempts, trials with the agents' logs and sessions, proxy counts, verify, receipt) is searched
 for every real key and every bearer the proxy issued (handed over in memory, never written
-down), and for a planted canary. Compressed files (gzip, bzip2, xz, zip) are searched inside as
-well. The report names the file and the kind of secret, never the secret.
+down), for a planted canary, and for any string of the bearer shape (``runner.proxy.bearer``):
+that catches bearers issued by an earlier runner process, which a resumed run never knew.
+Compressed files (gzip, bzip2, xz, zip) are searched inside as well, and file and member names
+too. The report names the file and the kind of secret, never the secret: a secret in a name is
+shown as ``<kind>``.
 
 A leak makes the scan unclean, and so does a file that could not be read through, and so does
 a canary that was planted but not found (a scan that cannot find its canary proves nothing).
@@ -30,6 +33,7 @@ from runner.errors import RunnerError
 from runner.files import write_model
 from runner.lock import FrozenModel
 from runner.paths import RunPaths
+from runner.proxy.bearer import BEARER_LENGTH, BEARER_SHAPE
 
 SecretKind = Literal["provider_key", "bearer", "canary"]
 
@@ -103,7 +107,17 @@ class _Searcher:
                     )
                 self.needles += [(needle, kind) for needle in _needles(value)]
             self.checked[kind] = len(distinct)
-        self.overlap = max((len(needle) for needle, _ in self.needles), default=1) - 1
+        # A bearer shape needs its right neighbour, so one ending a window waits for the next:
+        # the overlap carries it over whole.
+        needle_overlap = max((len(needle) for needle, _ in self.needles), default=1) - 1
+        self.overlap = max(needle_overlap, BEARER_LENGTH)
+
+    def kinds_in(self, window: bytes, final: bool) -> set[SecretKind]:
+        """The kinds in ``window``; a bearer shape ending it counts only when the data ends."""
+        found = {kind for needle, kind in self.needles if needle in window}
+        if any(final or m.end() < len(window) for m in BEARER_SHAPE.finditer(window)):
+            found.add("bearer")
+        return found
 
     def search(self, stream: _Readable, limit: int | None = None) -> tuple[set[SecretKind], int]:
         """The kinds found in the stream, and how many bytes were read."""
@@ -115,9 +129,19 @@ class _Searcher:
             if limit is not None and total > limit:
                 raise OSError(f"more than {limit} bytes inflated")
             window = tail + chunk
-            found.update(kind for needle, kind in self.needles if needle in window)
-            tail = window[-self.overlap :] if self.overlap else b""
-        return found, total
+            found |= self.kinds_in(window, final=False)
+            tail = window[-self.overlap :]
+        return found | self.kinds_in(tail, final=True), total
+
+    def name(self, name: str) -> tuple[str, set[SecretKind]]:
+        """The name as the report may show it (each secret in it replaced by ``<kind>``), and
+        the kinds it held: a name is kept with the run as much as a file's content."""
+        raw = name.encode(errors="surrogateescape")
+        kinds = self.kinds_in(raw, final=True)
+        for needle, kind in self.needles:
+            raw = raw.replace(needle, f"<{kind}>".encode())
+        raw = BEARER_SHAPE.sub(b"<bearer>", raw)
+        return raw.decode(errors="surrogateescape"), kinds
 
 
 # Magic bytes -> ``open(path, "rb")`` of the decompressed stream.
@@ -139,41 +163,51 @@ class _Scan:
         self.canary_hits: list[str] = []
         self.failures: list[ScanFailure] = []
 
-    def name(self, path: Path) -> str:
-        return str(path.relative_to(self.base)) if path.is_relative_to(self.base) else str(path)
+    def name(self, path: Path) -> tuple[str, set[SecretKind]]:
+        """The path as the report shows it (relative to the base), and the kinds it held."""
+        where = path.relative_to(self.base) if path.is_relative_to(self.base) else path
+        return self.searcher.name(str(where))
 
-    def note(self, path: Path, kinds: set[SecretKind], inside: str | None = None) -> None:
+    def note(self, file: str, kinds: set[SecretKind], inside: str | None = None) -> None:
         for kind in sorted(kinds):
             if kind == "canary":
-                self.canary_hits.append(self.name(path) + (f"!{inside}" if inside else ""))
+                self.canary_hits.append(file + (f"!{inside}" if inside else ""))
             else:
-                self.leaks.append(Leak(file=self.name(path), kind=kind, inside=inside))
+                self.leaks.append(Leak(file=file, kind=kind, inside=inside))
+
+    def fail(self, file: str, error: str) -> None:
+        shown, _ = self.searcher.name(error)  # an OS error quotes the path
+        self.failures.append(ScanFailure(file=file, error=shown[:200]))
 
     def file(self, path: Path) -> None:
         self.files += 1
+        file, in_name = self.name(path)
+        self.note(file, in_name)
         try:
             with path.open("rb") as handle:
                 head = handle.read(8)
                 handle.seek(0)
                 kinds, size = self.searcher.search(handle)
             self.bytes += size
-            self.note(path, kinds)
-            self.inside(path, head)
+            self.note(file, kinds)
+            self.inside(path, file, head)
         except (OSError, EOFError, zipfile.BadZipFile, lzma.LZMAError) as error:
-            self.failures.append(ScanFailure(file=self.name(path), error=str(error)[:200]))
+            self.fail(file, str(error))
 
-    def inside(self, path: Path, head: bytes) -> None:
+    def inside(self, path: Path, file: str, head: bytes) -> None:
         for magic, opener in _COMPRESSED.items():
             if head.startswith(magic):
                 with opener(path, "rb") as stream:
                     kinds, _ = self.searcher.search(stream, MAX_INFLATED_BYTES)
-                self.note(path, kinds, inside=magic.hex())
+                self.note(file, kinds, inside=magic.hex())
         if head.startswith(_ZIP):
             with zipfile.ZipFile(path) as archive:
                 for member in archive.infolist():
                     with archive.open(member) as stream:
                         kinds, _ = self.searcher.search(stream, MAX_INFLATED_BYTES)
-                    self.note(path, kinds, inside=member.filename)
+                    # Member names are stored as they are, so the search of the archive's own
+                    # bytes has already judged them; here they only need hiding.
+                    self.note(file, kinds, inside=self.searcher.name(member.filename)[0])
 
     def root(self, root: Path) -> None:
         if root.is_file():
@@ -187,7 +221,7 @@ class _Scan:
 
     def unreadable(self, error: OSError) -> None:
         where = Path(error.filename) if error.filename else self.base
-        self.failures.append(ScanFailure(file=self.name(where), error=error.strerror or "error"))
+        self.fail(self.name(where)[0], error.strerror or "error")
 
 
 def scan(
@@ -207,8 +241,8 @@ def scan(
     canary_planted = searcher.checked.get("canary", 0) > 0
     return ScanReport(
         scanned_at=datetime.now(UTC),
-        roots_scanned=tuple(run.name(root) for root in present),
-        missing_roots=tuple(run.name(root) for root in missing),
+        roots_scanned=tuple(run.name(root)[0] for root in present),
+        missing_roots=tuple(run.name(root)[0] for root in missing),
         files_scanned=run.files,
         bytes_scanned=run.bytes,
         secrets_checked=searcher.checked,

@@ -20,6 +20,8 @@ from runner.lock import Model
 from runner.paths import RunPaths
 from runner.provider import Fault, ProviderScript, ToolCall, Turn
 from runner.proxy import CredentialProxy, ProxyCellCounts
+from runner.proxy.bearer import BEARER_PREFIX, BEARER_SHAPE, new_bearer
+from runner.scan import scan_run
 
 KEY_ENV = "PROXY_TEST_PROVIDER_KEY"
 KEY = "real-provider-key-" + "x" * 24
@@ -150,13 +152,40 @@ def test_an_expired_bearer_is_refused(proxy: CredentialProxy) -> None:
     assert (counts.physical_posts, counts.rejected_requests) == (1, 1)
 
 
-def test_bearers_are_long_and_random(proxy: CredentialProxy) -> None:
+def test_bearers_are_random_and_of_the_shape_the_scan_knows(proxy: CredentialProxy) -> None:
     bearers = set()
     for n in range(5):
         bearers.add(proxy.open_cell(f"cell-{n}", scripted_model(), soon(), SCRIPT))
         proxy.close_cell(f"cell-{n}")
     assert len(bearers) == 5
-    assert all(len(bearer) >= 43 for bearer in bearers)  # 32 bytes, base64url
+    for bearer in bearers:
+        assert bearer.startswith(BEARER_PREFIX) and BEARER_SHAPE.fullmatch(bearer.encode())
+        assert len(bearer) >= len(BEARER_PREFIX) + 43  # 32 random bytes, base64url
+
+
+def test_a_resumed_runner_scan_catches_a_bearer_an_earlier_proxy_issued(
+    proxy: CredentialProxy, paths: RunPaths
+) -> None:
+    earlier = proxy.open_cell("cell-1", scripted_model(), soon(), SCRIPT)
+    proxy.close_cell("cell-1")
+    paths.trial("cell-1").mkdir(parents=True)
+    (paths.trial("cell-1") / "agent.log").write_text(f"$ env\nBENCH_PROXY_BEARER={earlier}\n")
+    # After a kill -9 the resumed process has a new proxy that never saw ``earlier``.
+    with CredentialProxy(paths) as resumed:
+        assert earlier not in resumed.secrets_to_scan()["bearer"]
+        report = scan_run(paths, resumed.secrets_to_scan())  # type: ignore[arg-type]
+    assert [(leak.file, leak.kind) for leak in report.leaks] == [
+        ("trials/cell-1/agent.log", "bearer")
+    ]
+
+
+def test_what_the_proxy_writes_holds_no_bearer(proxy: CredentialProxy, paths: RunPaths) -> None:
+    bearer = proxy.open_cell("cell-1", scripted_model(), soon(), SCRIPT)
+    assert bearer_post(proxy, bearer)[0] == 200
+    assert bearer_post(proxy, new_bearer())[0] == 401  # an impostor's, refused and logged
+    proxy.close_cell("cell-1")
+    report = scan_run(paths, {})  # no bearer handed over: only the shape is looked for
+    assert report.files_scanned == 1 and report.clean, report.leaks
 
 
 def test_non_api_paths_are_not_forwarded(proxy: CredentialProxy) -> None:

@@ -1,4 +1,5 @@
-"""The credential scan on a real directory tree: plain, nested, compressed, broken files."""
+"""The credential scan on a real directory tree: plain, nested, compressed, broken files, and
+bearers no process handed over (issued before a kill), found by their shape."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from pydantic import ValidationError
 from runner.errors import RunnerError
 from runner.files import read_model
 from runner.paths import RunPaths
-from runner.scan import ScanReport, new_canary, scan_run
+from runner.proxy.bearer import BEARER_LENGTH, BEARER_PREFIX, BEARER_SHAPE, new_bearer
+from runner.scan import CHUNK, ScanReport, new_canary, scan_run
 
 KEY = "sk-real-provider-key-7f3a9c2e"
 BEARER = "bearer-of-cell-1-AbCdEfGhIjKl"
@@ -80,8 +82,6 @@ def test_leaks_are_found_in_plain_json_and_compressed_files(paths: RunPaths) -> 
 
 
 def test_a_secret_across_a_chunk_boundary_is_found(paths: RunPaths) -> None:
-    from runner.scan import CHUNK
-
     data = b"a" * (CHUNK - 5) + KEY.encode() + b"a" * 10
     (paths.trial("cell-1") / "big.bin").write_bytes(data)
     report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
@@ -119,3 +119,82 @@ def test_a_report_claiming_clean_with_leaks_does_not_load(paths: RunPaths) -> No
     forged = report.model_dump(mode="json") | {"clean": True}
     with pytest.raises(ValidationError, match="clean must be False"):
         ScanReport.model_validate(forged)
+
+
+# A bearer from an earlier runner process: nobody passes it to the scan.
+EARLIER = new_bearer()
+
+PLANTED_BEARERS = {
+    "at the end of a file": ("agent.log", ("token: " + EARLIER).encode(), None),
+    "after an escaped newline": (
+        "session.jsonl",
+        json.dumps({"output": "env\nBENCH_PROXY_BEARER=\n" + EARLIER}).encode(),
+        None,
+    ),
+    "after a colour code": ("term.log", b"\x1b[32m" + EARLIER.encode() + b"\x1b[0m", None),
+    "in a gzip file": ("log.gz", gzip.compress(b"x" * 3_000_000 + EARLIER.encode()), "1f8b"),
+    "across a chunk boundary": (
+        "big.bin",
+        b"a" * (CHUNK - 40) + EARLIER.encode() + b"\n" + b"a" * 100,
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("name, data, inside", PLANTED_BEARERS.values(), ids=PLANTED_BEARERS)
+def test_a_bearer_is_found_by_its_shape_though_not_passed_in(
+    paths: RunPaths, name: str, data: bytes, inside: str | None
+) -> None:
+    (paths.trial("cell-1") / name).write_bytes(data)
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert [(leak.file, leak.kind, leak.inside) for leak in report.leaks] == [
+        (f"trials/cell-1/{name}", "bearer", inside)
+    ]
+    assert not report.clean
+    assert not BEARER_SHAPE.search(paths.scan.read_bytes())
+
+
+def body(length: int) -> str:
+    return (EARLIER[len(BEARER_PREFIX) :] * 2)[:length]
+
+
+LOOK_ALIKES = {
+    "one character short": BEARER_PREFIX + body(BEARER_LENGTH - len(BEARER_PREFIX) - 1) + "\n",
+    "one character short at the end": BEARER_PREFIX + body(BEARER_LENGTH - len(BEARER_PREFIX) - 1),
+    "too long": BEARER_PREFIX + body(60) + "\n",
+    "no prefix": body(BEARER_LENGTH) + "\n",
+}
+
+
+@pytest.mark.parametrize("text", LOOK_ALIKES.values(), ids=LOOK_ALIKES)
+def test_a_look_alike_is_not_a_bearer(paths: RunPaths, text: str) -> None:
+    (paths.trial("cell-1") / "agent.log").write_text("said: " + text)
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert report.clean and not report.leaks
+
+
+def test_a_longer_look_alike_cut_by_a_chunk_boundary_is_not_a_bearer(paths: RunPaths) -> None:
+    # The first chunk ends right after a full bearer shape; the next character makes it longer.
+    data = b" " * (CHUNK - BEARER_LENGTH) + EARLIER.encode() + b"Z\n"
+    (paths.trial("cell-1") / "big.bin").write_bytes(data)
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert report.clean and not report.leaks
+
+
+def test_a_secret_in_a_name_is_a_leak_shown_by_its_kind(paths: RunPaths) -> None:
+    trial = paths.trial("cell-1")
+    (trial / f"{EARLIER}.txt").write_text("nothing secret here\n")
+    with zipfile.ZipFile(trial / "bundle.zip", "w") as archive:
+        archive.writestr(f"keys/{KEY}.log", "key=" + KEY)
+    expected = {
+        ("trials/cell-1/<bearer>.txt", "bearer", None),
+        ("trials/cell-1/bundle.zip", "provider_key", None),  # names are stored as they are
+        ("trials/cell-1/bundle.zip", "provider_key", "keys/<provider_key>.log"),
+    }
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert {(leak.file, leak.kind, leak.inside) for leak in report.leaks} == expected
+    written = paths.scan.read_bytes()
+    assert not BEARER_SHAPE.search(written) and KEY.encode() not in written
+    # A resumed run scans the first scan's report too: it must add nothing.
+    again = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert {(leak.file, leak.kind, leak.inside) for leak in again.leaks} == expected

@@ -9,7 +9,8 @@ and logs each request without any header, body or query string.
 The server runs on its own event loop in a background thread; the executor calls the blocking
 methods (``open_cell``, ``close_cell``) from its own thread. Cell state is only touched on the
 proxy's loop, so no lock is needed. Issued bearers and real keys stay in memory: the credential
-scan takes them from ``secrets_to_scan`` in-process.
+scan takes them from ``secrets_to_scan`` in-process. Every bearer also has the fixed shape of
+``runner.proxy.bearer``, by which the scan finds those an earlier runner process issued.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from runner.paths import RunPaths
 from runner.provider import PROVIDER_MARKER, ProviderScript, ScriptedProvider
 from runner.provider.server import LOOPBACK
 from runner.provider.shapes import shape_for_path
+from runner.proxy.bearer import BEARER_BYTES, new_bearer
 from runner.proxy.models import ProxyCellCounts, RequestLogEntry, RequestOutcome, TokenUsage
 from runner.proxy.usage import UsageMeter
 
@@ -44,7 +46,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-BEARER_BYTES = 32  # 256 bits from secrets.token_urlsafe
 SCRIPTED_SCHEME = "scripted://"
 
 # Never forwarded upstream: the client's credentials, hop-by-hop headers, and what aiohttp sets.
@@ -218,7 +219,7 @@ class CredentialProxy:
             upstream = await self._scripted_provider(key, script)
         else:
             upstream = model.base_url.rstrip("/")
-        bearer = secrets.token_urlsafe(BEARER_BYTES)
+        bearer = new_bearer()
         self._bearers.append(bearer)
         self._keys.add(key)
         self._cell = _Cell(

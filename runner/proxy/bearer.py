@@ -1,0 +1,29 @@
+"""What a proxy bearer looks like: the proxy issues them, the credential scan looks for them.
+
+Every bearer is ``fbr_`` and 32 random bytes in base64url (256 bits), so it is recognisable on
+sight, as GitHub's ``ghp_`` tokens are to secret scanners. The scan flags any string of this
+shape, so a bearer issued by an earlier runner process (killed, then resumed by a process that
+never knew it) is still caught.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+
+BEARER_PREFIX = "fbr_"
+BEARER_BYTES = 32
+_BODY = -(-4 * BEARER_BYTES // 3)  # unpadded base64url characters of BEARER_BYTES bytes
+BEARER_LENGTH = len(BEARER_PREFIX) + _BODY
+_BASE64URL = rb"A-Za-z0-9_-"
+
+# No left boundary: a bearer printed at the start of a line sits after "\n" in a JSON string or
+# after an ANSI colour code ("...[32m"), both ending in a base64url character. The right
+# boundary keeps a longer run of such characters (an identifier, say) from counting.
+BEARER_SHAPE = re.compile(
+    re.escape(BEARER_PREFIX.encode()) + rb"[%b]{%d}(?![%b])" % (_BASE64URL, _BODY, _BASE64URL)
+)
+
+
+def new_bearer() -> str:
+    return BEARER_PREFIX + secrets.token_urlsafe(BEARER_BYTES)
