@@ -6,6 +6,7 @@ Every phase is timed; what lies outside the agent and the verifier is the runner
 
 from __future__ import annotations
 
+import json
 import shlex
 import time
 from collections.abc import Callable, Iterator
@@ -110,6 +111,8 @@ class CellRunner:
             f"model={model.model_dump_json()}",
             "--agent-kwarg",
             f"runtime_version={runtime}",
+            "--mounts",
+            json.dumps(GUEST.container_mounts),
         ]
         exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in environment.items())
         inner = f"echo $$ > {CELL_PGID_FILE}; exec env {exports} {shlex.join(arguments)}"

@@ -8,8 +8,8 @@
     harbor/bin/harbor                Harbor's venv; ``python/`` is on its path
     python/runner/                   the repository's runner package (``runner.harbor_agents``)
     runtimes/<runtime>-<version>/    the frozen artifacts a task container runs the harness
-    harnesses/<harness id>/          from (runner.harbor_agents.plan.ArtifactPaths); the local
-        node_modules/.bin/pi|omp     base image carries this same tree at /bench/artifacts
+    harnesses/<harness id>/          from (runner.harbor_agents.plan.ArtifactPaths), bound
+        node_modules/.bin/pi|omp     read-only into it at /bench/artifacts
 /srv/tasks/<task id>/                Harbor task dirs (task.toml, environment/, tests/, ...)
 /srv/trials/<cell>/                  Harbor's ``--trials-dir`` for one cell
 /var/lib/bench/units/<unit>          what each provisioning unit installed (a digest)
@@ -79,8 +79,22 @@ class GuestLayout:
 
     @property
     def image_artifacts(self) -> ArtifactPaths:
-        """The same artifacts inside the local base image (the agents' default location)."""
+        """The same artifacts as a task container sees them (the agents' default location)."""
         return ArtifactPaths(PurePosixPath(DEFAULT_ARTIFACTS_DIR))
+
+    @property
+    def container_mounts(self) -> tuple[dict[str, object], ...]:
+        """The runtimes and harness trees bound read-only into every task container (Docker
+        Compose service-volume form, as Harbor's ``--mounts`` takes them). Baking them into the
+        base image instead cost minutes of ``podman import`` under TCG, and a copy per image."""
+        guest, container = self.container_artifacts, self.image_artifacts
+        return tuple(
+            {"type": "bind", "source": str(source), "target": str(target), "read_only": True}
+            for source, target in (
+                (guest.runtimes, container.runtimes),
+                (guest.harnesses, container.harnesses),
+            )
+        )
 
     def harness_tree(self, harness_id: str) -> PurePosixPath:
         return self.container_artifacts.harness_tree(harness_id)

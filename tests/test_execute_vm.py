@@ -1,6 +1,7 @@
 """``runner execute`` end to end on the real arm64 lab, with the OFFLINE SCRIPTED PROVIDER (a
-stand-in for a model; no real model is called): the demo lock, then a deadline cell that is
-killed mid-run (kill -9 of the runner), resumed, and classified indeterminate at its deadline."""
+stand-in for a model; no real model is called): the demo lock with its runner killed (kill -9)
+mid-run and resumed, then cells whose model never answers, classified indeterminate at their
+deadline with nothing of them left in the guest."""
 
 from __future__ import annotations
 
@@ -40,11 +41,38 @@ def overhead(line_phases: dict[str, float], wall: float) -> float:
     return wall - sum(line_phases.get(name, 0.0) for name in inside)
 
 
-def test_demo_lock_end_to_end(frozen_lab: LabState, tmp_path: Path) -> None:
+def wait_for_attempt(paths: RunPaths, runner: subprocess.Popen[bytes], count: int) -> None:
+    """Until ``count`` cells have started (each attempt leaves its record when it begins)."""
+    started = time.monotonic()
+    while len(list(paths.attempts_dir.glob("*/attempt-1.json"))) < count:
+        assert runner.poll() is None, f"the runner ended before cell {count} started"
+        assert time.monotonic() - started < 1800, f"cell {count} did not start in 30 minutes"
+        time.sleep(2)
+
+
+def start_execute(lock: Path, run_dir: Path, lab: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [*RUNNER, "execute", str(lock), "--run-dir", str(run_dir), "--lab", lab],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def test_demo_lock_killed_mid_run_resumes_to_the_end(frozen_lab: LabState, tmp_path: Path) -> None:
+    """The demo lock (2 harnesses x 1 task x 1 repeat x 2 scripted models), its runner killed
+    with SIGKILL inside the second cell and resumed: every cell once, pass and fail observed."""
     run_dir = tmp_path / "demo"
-    result = execute(str(DEMO), "--run-dir", str(run_dir), "--lab", frozen_lab.lab)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     paths = RunPaths(run_dir)
+    runner = start_execute(DEMO, run_dir, frozen_lab.lab)
+    wait_for_attempt(paths, runner, 2)
+    time.sleep(20)  # inside the second cell: reset done, Harbor running
+    os.kill(runner.pid, signal.SIGKILL)
+    runner.wait()
+    assert len(Ledger(paths).lines()) == 1
+
+    result = execute("--run-dir", str(run_dir), "--lab", frozen_lab.lab)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     lines = Ledger(paths).lines()
     for line in lines:
         print(
@@ -52,9 +80,15 @@ def test_demo_lock_end_to_end(frozen_lab: LabState, tmp_path: Path) -> None:
             f"overhead {overhead(line.phase_seconds, line.wall_seconds):.1f} s, "
             f"phases {line.phase_seconds}"
         )
+    assert len(lines) == len({line.cell_id for line in lines}) == 4
+    resumed = lines[1]
+    assert resumed.attempt == 2
+    history = json.loads((paths.attempts_dir / resumed.cell_id / "attempt-1.json").read_text())
+    assert history["status"] == "interrupted"
     outcomes = {(line.model, line.harness): line.outcome for line in lines}
     assert {outcome for (model, _), outcome in outcomes.items() if model == "reference"} == {"pass"}
     assert {outcome for (model, _), outcome in outcomes.items() if model == "wrong"} == {"fail"}
+    assert {harness for _, harness in outcomes} == {"bare-pi", "pi-demo"}
     assert all(line.physical_posts >= line.logical_attempts > 0 for line in lines)
     receipt = json.loads(paths.receipt.read_text())
     assert receipt["status"] == "completed", receipt["reasons"]
@@ -64,9 +98,12 @@ def test_demo_lock_end_to_end(frozen_lab: LabState, tmp_path: Path) -> None:
     assert paths.report_png.exists()
 
 
+DEADLINE_SECONDS = 150
+
+
 def deadline_lock(tmp_path: Path, deadline: int) -> Path:
     """The demo's environment (same guest, tools, harnesses, tasks) with a provider that never
-    answers and a short deadline: every cell can only end at its deadline."""
+    answers and a short deadline: each cell (one per harness) can only end at its deadline."""
     text = DEMO.read_text()
     head, _, _ = text.partition("[[models]]")
     head = head.replace("cell_deadline_seconds = ", f"cell_deadline_seconds = {deadline} #")
@@ -79,39 +116,21 @@ def deadline_lock(tmp_path: Path, deadline: int) -> Path:
     return path
 
 
-def test_kill_mid_run_resume_and_deadline(frozen_lab: LabState, tmp_path: Path) -> None:
-    lock = deadline_lock(tmp_path, deadline=150)
+def test_a_cell_past_its_deadline_is_indeterminate_and_leaves_nothing(
+    frozen_lab: LabState, tmp_path: Path
+) -> None:
+    lock = deadline_lock(tmp_path, deadline=DEADLINE_SECONDS)
     run_dir = tmp_path / "deadline"
-    paths = RunPaths(run_dir)
-    runner = subprocess.Popen(
-        [*RUNNER, "execute", str(lock), "--run-dir", str(run_dir), "--lab", frozen_lab.lab],
-        cwd=REPO_ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    started = time.monotonic()
-    while not list(paths.attempts_dir.glob("*/attempt-1.json")):
-        assert runner.poll() is None, "the runner ended before its first cell started"
-        assert time.monotonic() - started < 900, "no cell started in 15 minutes"
-        time.sleep(2)
-    time.sleep(20)  # inside the cell: reset done, Harbor running
-    os.kill(runner.pid, signal.SIGKILL)
-    runner.wait()
-    assert not paths.ledger.exists() or not Ledger(paths).lines()
-
-    result = execute("--run-dir", str(run_dir), "--lab", frozen_lab.lab)
+    result = execute(str(lock), "--run-dir", str(run_dir), "--lab", frozen_lab.lab)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    paths = RunPaths(run_dir)
     lines = Ledger(paths).lines()
-    assert len(lines) == len({line.cell_id for line in lines}) == 2
-    first = lines[0]
-    assert first.attempt == 2
-    history = json.loads((paths.attempts_dir / first.cell_id / "attempt-1.json").read_text())
-    assert history["status"] == "interrupted"
+    assert len(lines) == 2
     for line in lines:
         assert line.outcome == "indeterminate"
-        assert line.reason.startswith("deadline passed")
+        assert line.reason.startswith("deadline passed"), line.reason
         assert "0 processes and 0 containers left" in line.reason
-        assert line.wall_seconds < 150 + 60
+        assert line.wall_seconds < DEADLINE_SECONDS + 60
     guest = GuestTransport(
         frozen_lab.ssh_host, frozen_lab.ssh_port, Path(frozen_lab.private_key)
     ).connect(60)
@@ -120,3 +139,4 @@ def test_kill_mid_run_resume_and_deadline(frozen_lab: LabState, tmp_path: Path) 
         assert guest.exec("pgrep -f 'harbor trial'").exit_code == 1
     receipt = json.loads(paths.receipt.read_text())
     assert receipt["status"] == "completed_with_indeterminate", receipt["reasons"]
+    assert receipt["credential_scan"] == "clean"

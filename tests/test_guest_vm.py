@@ -114,6 +114,9 @@ def test_a_task_container_builds_from_the_local_base_image_and_runs(
         "python3 -c 'import sqlite3, asyncio; print(42)' && git --version "
         f"&& test -x {node} && test -e {pi}"
     )
-    out = run(guest, f"podman run --rm --network none {tag} bash -c {shlex.quote(check)}", 600)
+    binds = " ".join(f"-v {m['source']}:{m['target']}:ro" for m in GUEST.container_mounts)
+    out = run(
+        guest, f"podman run --rm --network none {binds} {tag} bash -c {shlex.quote(check)}", 600
+    )
     assert out.splitlines()[0] == "42"
     run(guest, f"podman rmi {tag}")

