@@ -105,6 +105,10 @@ class GuestLayout:
     def task(self, task_id: str) -> PurePosixPath:
         return self.tasks_dir / task_id
 
+    def task_image(self, task_id: str) -> str:
+        """The task's image, built when the guest is provisioned (Harbor's build reuses it)."""
+        return f"localhost/bench-task-{task_id}:frozen"
+
     def trials(self, cell: str) -> PurePosixPath:
         return self.trials_dir / cell
 

@@ -1,14 +1,34 @@
 #!/usr/bin/env bash
-# The project's test command (README, .ci/run): sets up the host, then runs the fast tier and
-# the real-VM tier (E2E=1: and the end-to-end tier). pytest's exit code 5 ("no tests collected") counts as a failure here.
+# The project's test command (README, .ci/run): sets up the host, then runs the tiers in order —
+#   fast   pytest -m "not vm"                       host only: models, proxy, scan, libvirt test driver
+#   vm     pytest -m "vm and not guest and not e2e" image build, deploy, teardown, rebuild (lab "pytest")
+#   guest  pytest -m "guest and not e2e"            provisioned guest, freeze, verify, reset (lab "vmtest")
+#   e2e    pytest -m e2e                            runner execute of the demo lock in that guest
+# TIERS="fast vm" runs a subset. pytest's exit code 5 ("no tests collected") counts as a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup-host.sh || exit 1
+tiers=${TIERS:-fast vm guest e2e}
+mkdir -p .cache
+
+# The cold arm64 image build (~15-20 min under emulation, about one core) is the longest step:
+# it starts now, beside the fast tier, and the VM tiers wait for it. A cached image returns at once.
+image_build_pid=
+if [[ " $tiers " == *" vm "* || " $tiers " == *" guest "* || " $tiers " == *" e2e "* ]]; then
+  python3 -m images build locks/demo.toml > .cache/image-build.log 2>&1 &
+  image_build_pid=$!
+fi
 
 run_tier() {
   local name=$1; shift
-  echo "== tier: $name"
+  [[ " $tiers " == *" $name "* ]] || return 0
+  if [ "$name" != fast ] && [ -n "$image_build_pid" ]; then
+    echo "== waiting for the image build (log: .cache/image-build.log)"
+    wait "$image_build_pid" || { tail -20 .cache/image-build.log >&2; exit 1; }
+    image_build_pid=
+  fi
+  echo "== tier: $name ($(date -u +%H:%M:%S))"
   python3 -m pytest "$@"
   local rc=$?
   if [ "$rc" -eq 5 ]; then
@@ -21,9 +41,6 @@ run_tier() {
 
 run_tier fast -m "not vm" "$@"
 run_tier vm -m "vm and not guest and not e2e" "$@"
-# The provisioned-guest tests (guest deploy, freeze, verify, reset) and the end-to-end runs of
-# whole locks take the longest and are not yet green from a fresh machine: E2E=1 adds them.
-if [ "${E2E:-0}" = 1 ]; then
-  run_tier guest -m "guest and not e2e" "$@"
-  run_tier e2e -m e2e "$@"
-fi
+run_tier guest -m "guest and not e2e" "$@"
+run_tier e2e -m e2e "$@"
+echo "== all tiers passed ($(date -u +%H:%M:%S))"

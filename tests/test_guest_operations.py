@@ -49,7 +49,7 @@ def test_operation_case(case_path: Path, caplog: pytest.LogCaptureFixture) -> No
 
 def test_cases_cover_every_operation_that_reads_a_fact() -> None:
     ops = {json.loads(path.read_text())["op"] for path in CASES}
-    assert ops == {"unpacked", "debs_installed", "harbor_venv", "base_image"}
+    assert ops == {"unpacked", "debs_installed", "harbor_venv", "base_image", "task_image"}
 
 
 def test_unit_stamp_fact_reads_the_stamp_only_when_the_install_is_there() -> None:

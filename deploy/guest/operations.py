@@ -184,3 +184,24 @@ def lab_guest_answers(lab: str, wait_seconds: float) -> Commands:
         except GuestError:
             pass
     yield FunctionCommand(_wait_for_guest, (lab, wait_seconds), {})
+
+
+@operation()
+def task_image(image: str, context: str, digest: str) -> Commands:
+    """
+    A task's container image built from its Dockerfile on the local base images (no pulls),
+    labelled with the digest of its inputs. Built here, it is frozen with the guest, and the
+    build Harbor runs in every cell finds each of its steps in Podman's layer cache instead of
+    running them again under emulation.
+
+    + image: the image's name
+    + context: the task's environment/ directory in the guest
+    + digest: of the task's files and the base image's inputs; a different one rebuilds it
+    """
+    if host.get_fact(ImageLabel, image=image, label="bench.inputs") == digest:
+        host.noop(f"image {image} already built from {_short(digest)}")
+        return
+    yield (
+        f"podman build --quiet --pull=never --layers "
+        f"--label {_q(f'bench.inputs={digest}')} -t {_q(image)} {_q(context)}"
+    )

@@ -78,6 +78,13 @@ class Bundle:
 
 
 @dataclass(frozen=True)
+class TaskImage:
+    image: str
+    context: str
+    digest: str  # of the task's bundle and the base image's inputs
+
+
+@dataclass(frozen=True)
 class GuestPlan:
     debs: tuple[guest.DebFile, ...]
     runtimes: tuple[Bundle, ...]  # node, bun: unpacked for the guest itself
@@ -90,6 +97,7 @@ class GuestPlan:
     tasks: tuple[Bundle, ...]
     base_images: dict[str, tuple[str, ...]]  # image name -> the FROM names tagged to it
     image_inputs: str
+    task_images: tuple[TaskImage, ...]
 
 
 def _blob(artifact: Artifact) -> str:
@@ -165,6 +173,15 @@ def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
     images: dict[str, list[str]] = {}
     for from_name, image in lock.tasks.base_images.items():
         images.setdefault(image, []).append(from_name)
+    image_inputs = sha256_digest(
+        canonical_json(
+            {
+                "rootfs": _rootfs_tar(),
+                "guest": sha256_digest(canonical_json(lock.guest)),
+                "debs": [deb.sha256 for deb in resolution.artifacts if deb.kind == "deb"],
+            }
+        )
+    )
     return GuestPlan(
         debs=tuple(
             guest.DebFile(a.name, a.version, _blob(a))
@@ -180,14 +197,14 @@ def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
         runner_package=runner_package,
         tasks=tasks,
         base_images={image: tuple(names) for image, names in images.items()},
-        image_inputs=sha256_digest(
-            canonical_json(
-                {
-                    "rootfs": _rootfs_tar(),
-                    "guest": sha256_digest(canonical_json(lock.guest)),
-                    "debs": [deb.sha256 for deb in resolution.artifacts if deb.kind == "deb"],
-                }
+        image_inputs=image_inputs,
+        task_images=tuple(
+            TaskImage(
+                image=GUEST.task_image(task_id),
+                context=f"{task.dest}/environment",
+                digest=sha256_digest(canonical_json([task.digest, image_inputs])),
             )
+            for task_id, task in zip(lock.tasks.ids, tasks, strict=True)
         ),
     )
 
@@ -294,4 +311,11 @@ def guest_provisioning(plan: GuestPlan) -> None:
             aliases=aliases,
             digest=plan.image_inputs,
             rootfs_tar=_rootfs_tar(),
+        )
+    for task_image in plan.task_images:
+        guest.task_image(
+            name=f"Task image {task_image.image}",
+            image=task_image.image,
+            context=task_image.context,
+            digest=task_image.digest,
         )
