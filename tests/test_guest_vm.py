@@ -1,8 +1,9 @@
-"""The provisioned arm64 guest, for real: versions equal the lock's, a task container builds from
-the local base image and runs, and a second deploy changes nothing.
+"""The provisioned arm64 guest, for real: versions equal the lock's, each task's image was built
+from the local base image and its container runs with the frozen harnesses bound in, and a
+second deploy changes nothing.
 
-Uses lab $GUEST_TEST_LAB (default "guest"): a missing lab is deployed in full (VM, then guest;
-tens of minutes under TCG), an existing one has its guest converged (under a minute unchanged).
+Uses the tests' lab (tests/vm_fixtures.py, deployed in full when missing: tens of minutes under
+TCG); its guest is converged again here (under a minute when nothing changed).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from pathlib import Path
 import pytest
 
 from runner.guest_layout import DOCKER_HOST, GUEST
-from runner.lab import REPO_ROOT, LabPaths, load_lab_state
+from runner.lab import REPO_ROOT, LabPaths, LabState, load_lab_state
 from runner.lock import load_lock
 from runner.transport import GuestTransport
+from tests.vm_fixtures import VM_TEST_LAB, vm_lab  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.vm, pytest.mark.guest]
 
-LAB = os.environ.get("GUEST_TEST_LAB", "guest")
+LAB = VM_TEST_LAB
 LOCK = load_lock(REPO_ROOT / "locks" / "demo.toml")
 # pyinfra's results table: every operation counted under "No Change".
 ALL_UNCHANGED = re.compile(r"Grand total\s+(\d+)\s+-\s+-\s+\1\s*$", re.MULTILINE)
@@ -40,9 +42,8 @@ def deploy(*limit: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def guest() -> Iterator[GuestTransport]:
-    # An existing lab keeps its VM (a newer image would need `runner rebuild`): guest only.
-    result = deploy(*(("--limit", "lab_guests") if LabPaths.for_lab(LAB).state.exists() else ()))
+def guest(vm_lab: LabState) -> Iterator[GuestTransport]:  # noqa: F811
+    result = deploy("--limit", "lab_guests")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     state = load_lab_state(LabPaths.for_lab(LAB))
     with GuestTransport(
@@ -102,21 +103,21 @@ def test_podman_answers_on_the_docker_socket(guest: GuestTransport) -> None:
 
 
 @pytest.mark.parametrize("task", LOCK.tasks.ids)
-def test_a_task_container_builds_from_the_local_base_image_and_runs(
+def test_each_task_image_is_built_and_its_container_runs_the_frozen_harness(
     guest: GuestTransport, task: str
 ) -> None:
-    tag = f"localhost/bench-test-{task}:latest"
-    context = GUEST.task(task) / "environment"
-    run(guest, f"podman build --pull=never -q -t {tag} {context}", timeout=1200)
+    image = GUEST.task_image(task)
+    parents = run(guest, f"podman image tree {image}")
+    assert "localhost/base:1" in parents or "bench-base" in parents, parents
     node = GUEST.image_artifacts.runtime_dir("node", LOCK.tools.node) / "bin" / "node"
     pi = GUEST.image_artifacts.harness_tree("pi-demo") / "node_modules" / ".bin" / "pi"
     check = (
         "python3 -c 'import sqlite3, asyncio; print(42)' && git --version "
-        f"&& test -x {node} && test -e {pi}"
+        f"&& {node} --version && test -x {pi}"
     )
     binds = " ".join(f"-v {m['source']}:{m['target']}:ro" for m in GUEST.container_mounts)
     out = run(
-        guest, f"podman run --rm --network none {binds} {tag} bash -c {shlex.quote(check)}", 600
+        guest, f"podman run --rm --network none {binds} {image} bash -c {shlex.quote(check)}", 600
     )
     assert out.splitlines()[0] == "42"
-    run(guest, f"podman rmi {tag}")
+    assert out.splitlines()[-1] == f"v{LOCK.tools.node}"
