@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -338,3 +339,57 @@ def test_one_cell_at_a_time_and_keys_must_be_set(
         proxy.open_cell("cell-2", upstream_model("https://api.example.invalid/v1"), soon())
     with pytest.raises(RunnerError, match="need a script"):
         proxy.open_cell("cell-2", scripted_model(), soon())
+
+
+def test_a_large_body_sent_after_100_continue_passes(proxy: CredentialProxy) -> None:
+    """curl holds a large body back until "100 Continue"; an agent's context can pass 1 MiB."""
+    body = json.dumps({**CHAT, "padding": "x" * (2 * 1024 * 1024)}).encode()
+
+    async def upstream(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"received": request.content_length})
+
+    async def client(base_url: str) -> None:
+        bearer = await asyncio.to_thread(
+            proxy.open_cell, "cell-1", upstream_model(base_url), soon()
+        )
+        port = int(proxy.base_url.rpartition(":")[2])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            f"POST /chat/completions HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer {bearer}"
+            f"\r\nContent-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n".encode()
+        )
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(body)
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
+        assert head.startswith(b"HTTP/1.1 200 ")
+        length = next(
+            int(line.partition(b":")[2])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        assert json.loads(await reader.readexactly(length)) == {"received": len(body)}
+        writer.close()
+        counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+        assert counts.requests[0].request_bytes == len(body)
+
+    with_upstream(upstream, client)
+
+
+def test_token_counts_that_are_no_counts_are_ignored(proxy: CredentialProxy) -> None:
+    async def upstream(request: web.Request) -> web.StreamResponse:
+        usage = {"prompt_tokens": -5, "completion_tokens": True, "total_tokens": 3}
+        return web.json_response({"choices": [], "usage": usage})
+
+    async def client(base_url: str) -> None:
+        bearer = await asyncio.to_thread(
+            proxy.open_cell, "cell-1", upstream_model(base_url), soon()
+        )
+        status, _ = await post(
+            proxy.base_url + "/chat/completions", CHAT, {"Authorization": f"Bearer {bearer}"}
+        )
+        assert status == 200
+        counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+        assert (counts.input_tokens, counts.output_tokens, counts.total_tokens) == (None, None, 3)
+
+    with_upstream(upstream, client)

@@ -28,7 +28,11 @@ from typing import Any, TypeVar
 
 import aiohttp
 import uvloop
-from aiohttp import web
+from aiohttp import HttpVersion11, web
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.http_parser import RawRequestMessage
+from aiohttp.streams import StreamReader
+from aiohttp.web_protocol import RequestHandler
 from multidict import CIMultiDict
 
 from runner.errors import RunnerError
@@ -47,6 +51,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SCRIPTED_SCHEME = "scripted://"
+MAX_REQUEST_BYTES = 64 * 1024 * 1024  # a long agent context, sent whole with every request
 
 # Never forwarded upstream: the client's credentials, hop-by-hop headers, and what aiohttp sets.
 _REQUEST_HEADERS_DROPPED = frozenset(
@@ -91,22 +96,53 @@ class _Cell:
     opened_at: datetime
     physical_posts: int = 0
     rejected_requests: int = 0
-    requests: list[RequestLogEntry] = field(default_factory=list)
+    requests: list[_Exchange] = field(default_factory=list)
     in_flight: set[asyncio.Task[Any]] = field(default_factory=set)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Exchange:
-    """What one request did, filled in as it goes, logged once at the end."""
+    """What one request did, filled in as it goes and logged once at the end. The cell keeps it
+    as it is and builds its log entry, a validated model, when it closes: off the path of the
+    request, which validation would lengthen for nothing."""
 
+    started_at: datetime
+    started: float  # time.perf_counter()
+    method: str
+    path: str
     outcome: RequestOutcome = "forwarded"
     status: int = 0
     request_bytes: int = 0
     response_bytes: int = 0
-    usage: TokenUsage | None = None
+    duration_ms: float = 0.0
+    usage: dict[str, int] | None = None  # TokenUsage's fields, as the UsageMeter found them
+
+    def entry(self, cell_id: str | None) -> RequestLogEntry:
+        return RequestLogEntry(
+            cell_id=cell_id,
+            started_at=self.started_at,
+            method=self.method,
+            path=self.path,
+            outcome=self.outcome,
+            status=self.status,
+            request_bytes=self.request_bytes,
+            response_bytes=self.response_bytes,
+            duration_ms=self.duration_ms,
+            usage=None if self.usage is None else TokenUsage(**self.usage),
+        )
 
 
-def _offered_credential(request: web.Request) -> tuple[str, str]:
+async def _expect(request: web.BaseRequest) -> None:
+    """What aiohttp's router does before a handler (the low-level server does not): a client
+    that waits for "100 Continue" before it sends the body gets it; other expectations fail."""
+    if request.version != HttpVersion11:
+        return
+    if request.headers["Expect"].lower() != "100-continue":
+        raise web.HTTPExpectationFailed(text=f"Unknown Expect: {request.headers['Expect']}")
+    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+
+def _offered_credential(request: web.BaseRequest) -> tuple[str, str]:
     """(header the client used, value): Anthropic clients send ``x-api-key``, others a bearer."""
     api_key = request.headers.get("x-api-key")
     if api_key is not None:
@@ -124,7 +160,7 @@ class CredentialProxy:
         self._port = port  # 0: any free loopback port; a lab's proxy port is fixed in lab.json
         self._loop = uvloop.new_event_loop()  # libuv: about half the per-request overhead
         self._thread = threading.Thread(target=self._loop.run_forever, name="proxy", daemon=True)
-        self._runner: web.AppRunner | None = None
+        self._runner: web.ServerRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self._provider: ScriptedProvider | None = None
         self._cell: _Cell | None = None
@@ -183,12 +219,26 @@ class CredentialProxy:
         self._session = aiohttp.ClientSession(
             auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None)
         )
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
+        # aiohttp's low-level server: _handle answers every method and path itself, so an
+        # Application's router and middleware chain would only cost time (a tenth of the
+        # proxy's CPU per request).
+        server = web.Server(self._handle, request_factory=self._request, access_log=None)
+        self._runner = web.ServerRunner(server)
         await self._runner.setup()
         await web.TCPSite(self._runner, LOOPBACK, port).start()
         return f"http://{LOOPBACK}:{self._runner.addresses[0][1]}"
+
+    def _request(
+        self,
+        message: RawRequestMessage,
+        payload: StreamReader,
+        protocol: RequestHandler,
+        writer: AbstractStreamWriter,
+        task: asyncio.Task[None],
+    ) -> web.BaseRequest:
+        return web.BaseRequest(
+            message, payload, protocol, writer, task, self._loop, client_max_size=MAX_REQUEST_BYTES
+        )
 
     async def _stop(self) -> None:
         if self._cell is not None:
@@ -255,10 +305,9 @@ class CredentialProxy:
         return self._counts(cell)
 
     def _counts(self, cell: _Cell) -> ProxyCellCounts:
+        entries = tuple(exchange.entry(cell.cell_id) for exchange in cell.requests)
         answered = [
-            entry
-            for entry in cell.requests
-            if entry.outcome == "forwarded" and 200 <= entry.status < 300
+            entry for entry in entries if entry.outcome == "forwarded" and 200 <= entry.status < 300
         ]
         reported = [entry.usage for entry in answered if entry.usage is not None]
 
@@ -282,7 +331,7 @@ class CredentialProxy:
             output_tokens=total("output_tokens"),
             total_tokens=total("total_tokens"),
             usage_returned=bool(answered) and len(reported) == len(answered),
-            requests=tuple(cell.requests),
+            requests=entries,
         )
 
     def _admits(self, cell: _Cell | None, offered: str) -> bool:
@@ -292,11 +341,18 @@ class CredentialProxy:
             and time.time() < cell.deadline
         )
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        started_at, started = datetime.now(UTC), time.perf_counter()
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        if request.headers.get("Expect"):
+            await _expect(request)
         cell = self._cell
+        exchange = _Exchange(
+            started_at=datetime.now(UTC),
+            started=time.perf_counter(),
+            method=request.method,
+            path=request.path,
+            request_bytes=request.content_length or 0,
+        )
         header, offered = _offered_credential(request)
-        exchange = _Exchange(request_bytes=request.content_length or 0)
         response: web.StreamResponse
         try:
             if not self._admits(cell, offered):
@@ -322,10 +378,10 @@ class CredentialProxy:
             exchange.outcome = "cancelled"
             raise
         finally:
-            self._record(cell, request, started_at, started, exchange)
+            self._record(cell, exchange)
 
     async def _forward(
-        self, request: web.Request, cell: _Cell, header: str, exchange: _Exchange
+        self, request: web.BaseRequest, cell: _Cell, header: str, exchange: _Exchange
     ) -> web.StreamResponse:
         assert self._session is not None
         headers = {
@@ -389,35 +445,17 @@ class CredentialProxy:
             exchange.status = 502
             return web.json_response({"error": {"message": "provider unreachable"}}, status=502)
 
-    def _record(
-        self,
-        cell: _Cell | None,
-        request: web.Request,
-        started_at: datetime,
-        started: float,
-        exchange: _Exchange,
-    ) -> None:
-        entry = RequestLogEntry(
-            cell_id=cell.cell_id if cell else None,
-            started_at=started_at,
-            method=request.method,
-            path=request.path,
-            outcome=exchange.outcome,
-            status=exchange.status,
-            request_bytes=exchange.request_bytes,
-            response_bytes=exchange.response_bytes,
-            duration_ms=(time.perf_counter() - started) * 1000,
-            usage=exchange.usage,
-        )
+    def _record(self, cell: _Cell | None, exchange: _Exchange) -> None:
+        exchange.duration_ms = (time.perf_counter() - exchange.started) * 1000
         if cell is not None:
-            cell.requests.append(entry)
+            cell.requests.append(exchange)
         log.info(
             "proxy: %s %s -> %d %s (%d B, %.1f ms) cell=%s",
-            entry.method,
-            entry.path,
-            entry.status,
-            entry.outcome,
-            entry.response_bytes,
-            entry.duration_ms,
-            entry.cell_id,
+            exchange.method,
+            exchange.path,
+            exchange.status,
+            exchange.outcome,
+            exchange.response_bytes,
+            exchange.duration_ms,
+            cell.cell_id if cell else None,
         )

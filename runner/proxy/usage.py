@@ -7,14 +7,13 @@ Where usage appears, per shape:
 - anthropic messages: ``usage`` of the body, or ``message.usage`` of ``message_start`` (input)
   then ``usage`` of ``message_delta`` (output).
 A later report of a field replaces an earlier one. No usage seen means "not returned" (None).
+Only non-negative integers count as token numbers: anything else the provider sends is ignored.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
-
-from runner.proxy.models import TokenUsage
 
 # Field names per direction, OpenAI chat names first.
 _FIELDS = {
@@ -33,7 +32,8 @@ def _usage_objects(event: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 class UsageMeter:
-    """Fed the answer's bytes chunk by chunk; ``result`` says what the provider reported."""
+    """Fed the answer's bytes chunk by chunk; ``result`` says what the provider reported, as
+    the fields of a ``TokenUsage`` (the proxy builds the model once its cell closes)."""
 
     def __init__(self, event_stream: bool) -> None:
         self._event_stream = event_stream
@@ -47,11 +47,10 @@ class UsageMeter:
         lines = (self._pending + chunk).split(b"\n")
         self._pending = lines.pop()
         for line in lines:
-            # Only ``data:`` lines that mention usage are worth decoding.
-            if line.startswith(b"data:") and b'"usage"' in line:
+            if line.startswith(b"data:"):
                 self._take(line[5:])
 
-    def result(self) -> TokenUsage | None:
+    def result(self) -> dict[str, int] | None:
         if self._pending:
             self._take(self._pending.removeprefix(b"data:"))
             self._pending = b""
@@ -60,9 +59,11 @@ class UsageMeter:
         fields = dict(self._fields)
         if "total_tokens" not in fields and {"input_tokens", "output_tokens"} <= fields.keys():
             fields["total_tokens"] = fields["input_tokens"] + fields["output_tokens"]
-        return TokenUsage(**fields)
+        return fields
 
     def _take(self, data: bytes) -> None:
+        if b'"usage"' not in data:  # only what mentions usage is worth decoding
+            return
         try:
             event = json.loads(data)
         except ValueError:
@@ -71,8 +72,8 @@ class UsageMeter:
             return
         for usage in _usage_objects(event):
             for field, names in _FIELDS.items():
-                value = next(
-                    (usage[name] for name in names if isinstance(usage.get(name), int)), None
-                )
-                if value is not None:
-                    self._fields[field] = value
+                for name in names:
+                    value = usage.get(name)
+                    if type(value) is int and value >= 0:  # bool is an int too, but no count
+                        self._fields[field] = value
+                        break
