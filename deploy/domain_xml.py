@@ -24,6 +24,7 @@ ET.register_namespace(LAB_NAMESPACE_PREFIX, LAB_NAMESPACE)
 
 # Guest address (inside QEMU's user-mode network only) that reaches the host's model proxy.
 GUEST_PROXY_ADDRESS = "10.0.2.100:8080"
+PROXY_RELAY = "socat -"  # QEMU runs it per guest connection to the proxy, stdio is the guest side
 
 GuestArch = Literal["aarch64", "x86_64"]
 DomainType = Literal["kvm", "qemu"]
@@ -85,13 +86,15 @@ class DomainDefinition:
 def _netdev_arguments(spec: DomainSpec) -> tuple[str, ...]:
     # libvirt 9.0 has no passt backend: QEMU's own user netdev, restricted (no way out but the
     # two forwards), SSH on a host loopback port, the proxy reachable at one guest address.
-    # The guestfwd target is a chardev that QEMU connects at start: without reconnect= a proxy
-    # not listening yet makes the start fail ("Could not open guest forwarding device");
-    # ",," is QEMU's escaped comma inside the netdev option string.
+    # The proxy forward runs a relay (socat, stdio <-> the proxy's loopback port) for each guest
+    # connection: a chardev target instead is one stream that QEMU connects once, so a second
+    # connection stalls while the first one's is closed and reconnected (measured: every other
+    # request from the guest timed out). QEMU may only spawn it with libvirt's seccomp sandbox
+    # off (deploy/hypervisor.py).
     netdev = (
         "user,id=net0,restrict=on,"
         f"hostfwd=tcp:127.0.0.1:{spec.ssh_port}-:22,"
-        f"guestfwd=tcp:{GUEST_PROXY_ADDRESS}-tcp:127.0.0.1:{spec.proxy_port},,reconnect=1"
+        f"guestfwd=tcp:{GUEST_PROXY_ADDRESS}-cmd:{PROXY_RELAY} TCP:127.0.0.1:{spec.proxy_port}"
     )
     # romfile= : no option ROM (QEMU would look for efi-virtio.rom); the explicit slot keeps
     # clear of the root port libvirt places itself.

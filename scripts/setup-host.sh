@@ -9,7 +9,7 @@ apt_packages=(
   libvirt-daemon-system libvirt-clients libvirt-dev pkg-config
   qemu-system-arm qemu-system-x86 qemu-efi-aarch64 qemu-utils
   mmdebstrap arch-test qemu-user-static binfmt-support e2fsprogs
-  openssh-client git sqlite3 tini
+  openssh-client git sqlite3 tini socat
 )
 missing=()
 for p in "${apt_packages[@]}"; do
@@ -23,6 +23,19 @@ fi
 # arm64 binaries under emulation (mmdebstrap's second stage runs them).
 mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
 update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true
+
+# QEMU runs a relay (socat) for each guest connection to the host proxy; libvirt's default
+# seccomp sandbox forbids QEMU to spawn it (see deploy/domain_xml.py). A running libvirtd is
+# restarted once to take the change.
+qemu_conf=/etc/libvirt/qemu.conf
+if ! grep -qx 'seccomp_sandbox = 0' "$qemu_conf"; then
+  sed -i -E 's/^#?\s*seccomp_sandbox\s*=.*/seccomp_sandbox = 0/' "$qemu_conf"
+  grep -qx 'seccomp_sandbox = 0' "$qemu_conf" || echo 'seccomp_sandbox = 0' >> "$qemu_conf"
+  if pid=$(pgrep -x libvirtd); then
+    kill "$pid"
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
+  fi
+fi
 
 # No systemd here: start the daemons ourselves when they are not running.
 pgrep -x virtlogd >/dev/null || virtlogd -d

@@ -77,3 +77,15 @@ def test_daemon_is_started_without_systemd_and_left_alone_when_running(local_hos
         "systemctl start libvirtd"
     ]
     assert commands(local_host, host_ops.daemon, {DaemonPids: [42]}, daemon_name="libvirtd") == []
+
+
+def test_restart_stops_the_running_daemon_then_starts_it(local_host: Host) -> None:
+    no_systemd = {DaemonPids: [42], Directory: False}
+    assert commands(local_host, host_ops.daemon_restarted, no_systemd, daemon_name="libvirtd") == [
+        "kill 42 && while kill -0 42 2>/dev/null; do sleep 0.2; done",
+        "libvirtd -d",
+    ]
+    with_systemd = {DaemonPids: [42], Directory: {"mode": 755}}
+    assert commands(
+        local_host, host_ops.daemon_restarted, with_systemd, daemon_name="libvirtd"
+    ) == ["systemctl restart libvirtd"]

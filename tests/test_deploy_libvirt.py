@@ -202,7 +202,7 @@ def test_domain_xml_carries_key_forwards_and_lock_sizes() -> None:
     arguments = [arg.get("value", "") for arg in root.iter(f"{{{QEMU_NAMESPACE}}}arg")]
     assert arguments[1] == (
         "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:40022-:22,"
-        "guestfwd=tcp:10.0.2.100:8080-tcp:127.0.0.1:40080,,reconnect=1"
+        "guestfwd=tcp:10.0.2.100:8080-cmd:socat - TCP:127.0.0.1:40080"
     )
     assert "romfile=" in arguments[3] and "addr=0x1e" in arguments[3]
     assert (root.findtext("memory"), root.findtext("vcpu")) == ("3072", "2")

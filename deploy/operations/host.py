@@ -30,6 +30,21 @@ def daemon(daemon_name: str) -> Generator[StringCommand, None, None]:
         yield StringCommand(QuoteString(daemon_name), "-d")
 
 
+@operation(is_idempotent=False)
+def daemon_restarted(daemon_name: str) -> Generator[StringCommand, None, None]:
+    """
+    The daemon ``daemon_name`` is restarted (its configuration changed: pass ``_if``).
+
+    + daemon_name: the daemon's executable name
+    """
+    if host.get_fact(Directory, path="/run/systemd/system"):
+        yield StringCommand("systemctl", "restart", QuoteString(daemon_name))
+        return
+    for pid in host.get_fact(DaemonPids, process=daemon_name):
+        yield StringCommand(f"kill {pid} && while kill -0 {pid} 2>/dev/null; do sleep 0.2; done")
+    yield StringCommand(QuoteString(daemon_name), "-d")
+
+
 @operation()
 def binfmt(handler: str) -> Generator[StringCommand, None, None]:
     """
