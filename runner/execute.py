@@ -70,14 +70,21 @@ def audit_guest(manifest: FreezeManifest, lab: LabState, evidence: Path) -> Veri
     return report
 
 
-def provider_keys(lock: Lock) -> None:
-    """The scripted provider needs no real key, but the proxy still swaps one in: make one up
-    for the run, so the credential scan has a real key to look for."""
+def take_provider_keys(lock: Lock) -> dict[str, str]:
+    """The models' real keys, taken out of this process's environment into the proxy's hands: no
+    child process (Ansible, SSH, pyinfra) inherits one, and no evidence that records its
+    environment (ansible-runner's artifacts do) can hold one. The scripted provider needs no
+    real key, but the proxy still swaps one in: one is made up for the run, so the credential
+    scan has a real key to look for."""
+    keys: dict[str, str] = {}
     for model in lock.models:
-        if model.base_url.startswith("scripted://"):
-            os.environ.setdefault(model.key_env, secrets.token_urlsafe(32))
-        elif not os.environ.get(model.key_env):
+        key = os.environ.pop(model.key_env, None) or keys.get(model.key_env)
+        if key is None and model.base_url.startswith("scripted://"):
+            key = secrets.token_urlsafe(32)
+        if not key:
             raise InputError(f"model {model.id}: host variable {model.key_env} is not set")
+        keys[model.key_env] = key
+    return keys
 
 
 def execute(options: ExecuteOptions, console: Console) -> Receipt:
@@ -89,7 +96,7 @@ def execute(options: ExecuteOptions, console: Console) -> Receipt:
     lab = load_lab_state(LabPaths.for_lab(options.lab))
     manifest, _saved = load_freeze(options.lab)
     check_identities(run, lab, manifest)
-    provider_keys(run.lock)
+    keys = take_provider_keys(run.lock)
     if options.reset:
         reset_lab(options.lab)
     audit_guest(manifest, lab, paths.verify_dir / "preflight")
@@ -101,7 +108,7 @@ def execute(options: ExecuteOptions, console: Console) -> Receipt:
     )
     canary = new_canary()
     write_atomic(paths.attempts_dir / "scan-canary.txt", canary.encode())
-    with CredentialProxy(paths, port=lab.proxy_port) as proxy:
+    with CredentialProxy(paths, port=lab.proxy_port, keys=keys) as proxy:
         guest = GuestTransport(lab.ssh_host, lab.ssh_port, Path(lab.private_key), lab.ssh_user)
         with guest.connect(wait_seconds=120):
             cells = CellRunner(

@@ -21,7 +21,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -155,9 +155,13 @@ def _offered_credential(request: web.BaseRequest) -> tuple[str, str]:
 class CredentialProxy:
     """Start it, then for each cell: ``open_cell`` -> bearer, run the harness, ``close_cell``."""
 
-    def __init__(self, paths: RunPaths, port: int = 0) -> None:
+    def __init__(
+        self, paths: RunPaths, port: int = 0, keys: Mapping[str, str] | None = None
+    ) -> None:
         self._paths = paths
         self._port = port  # 0: any free loopback port; a lab's proxy port is fixed in lab.json
+        # The real keys by variable name; None: read from this process's environment per cell.
+        self._key_source: Mapping[str, str] = os.environ if keys is None else keys
         self._loop = uvloop.new_event_loop()  # libuv: about half the per-request overhead
         self._thread = threading.Thread(target=self._loop.run_forever, name="proxy", daemon=True)
         self._runner: web.ServerRunner | None = None
@@ -258,7 +262,7 @@ class CredentialProxy:
         if deadline.tzinfo is None:
             raise RunnerError("proxy: a cell deadline needs a time zone")
         scripted = model.base_url.startswith(SCRIPTED_SCHEME)
-        key = os.environ.get(model.key_env, "")
+        key = self._key_source.get(model.key_env, "")
         if not key and not scripted:
             raise RunnerError(f"environment variable {model.key_env} (key of {model.id}) is unset")
         if scripted:
