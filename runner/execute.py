@@ -136,6 +136,11 @@ def execute(options: ExecuteOptions, console: Console) -> Receipt:
     console.print(
         f"credential scan: {'clean' if scan.clean else 'NOT clean'} ({scan.files_scanned} files)"
     )
+    if options.reset:
+        # Every cell ran on a guest restored from the freeze: what the run must not have moved
+        # is that frozen state, so it is audited as the next cell would find it. (The last
+        # cell's own leftovers, its trial dir and built image, are not frozen state.)
+        reset_lab(options.lab)
     final = audit(manifest, ssh_host_vars(lab), paths.verify_dir / "final")
     write_model(paths.final_verify, final)
     console.print(f"final verify: {'passed' if final.passed else 'DRIFT'}")

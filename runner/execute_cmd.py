@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,7 +29,10 @@ from runner.teardown import lab_option
 )
 @lab_option
 def execute_command(lock_path: Path | None, run_dir: Path | None, reset: bool, lab: str) -> None:
-    """Run the lock's frozen schedule in the lab's frozen guest, one cell at a time."""
+    """Run the lock's frozen schedule in the lab's frozen guest, one cell at a time.
+
+    Exit code 0 when the receipt is ``completed`` or ``completed_with_indeterminate``, 1 when it
+    is ``failed_closed``."""
     if run_dir is None:
         lock_path = lock_path or Path("locks/demo.toml")
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -40,3 +44,5 @@ def execute_command(lock_path: Path | None, run_dir: Path | None, reset: bool, l
     for reason in receipt.reasons:
         console.print(f"  failed closed: {reason}")
     console.print(f"report: {paths.report_md}  receipt: {paths.receipt}")
+    if receipt.status == "failed_closed":
+        sys.exit(1)
