@@ -1,7 +1,10 @@
 """The lock: every frozen condition of a run, as a person wrote it (TOML on disk).
 
 The lock says what was asked; what was found (artifact digests) lives in the resolution file
-beside it. The lock fingerprint is ``sha256:`` + sha256 of the lock's canonical JSON.
+beside it. A relative path in a lock (a ``file:`` package, a task ``path``) is relative to the
+repository root, never to the lock's own directory: a run directory keeps a byte copy of its
+lock, and a resumed run must find the same files. The lock fingerprint is ``sha256:`` + sha256
+of the lock's canonical JSON.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from runner.artifacts.paths import CachePaths
 from runner.artifacts.resolver import resolve_lock
 from runner.errors import RunnerError
 from runner.files import write_model
+from runner.lab import REPO_ROOT
 from runner.lock import load_lock
 from runner.resolution import load_resolution, resolution_path
 
@@ -37,7 +38,7 @@ def resolve_command(lock_path: Path, check: bool) -> None:
     recorded = load_resolution(path, lock) if check else None
     paths = CachePaths.default()
     started = time.monotonic()
-    resolved = asyncio.run(resolve_lock(lock, lock_path.parent, paths, Console(stderr=True)))
+    resolved = asyncio.run(resolve_lock(lock, REPO_ROOT, paths, Console(stderr=True)))
     seconds = time.monotonic() - started
     artifacts = resolved.resolution.artifacts
     click.echo(f"{resolved.report.summary()} ({seconds:.1f} s; store {paths.artifacts})")

@@ -28,7 +28,7 @@ LOCKS = REPO / "locks"
 
 def _resolve(lock: Lock, cache: Path, *sections: Section) -> Resolved:
     console = Console(quiet=True)
-    return asyncio.run(resolve_lock(lock, LOCKS, CachePaths(cache), console, frozenset(sections)))
+    return asyncio.run(resolve_lock(lock, REPO, CachePaths(cache), console, frozenset(sections)))
 
 
 def test_seed_54_fails_closed_naming_each_missing_pin(tmp_path: Path) -> None:

@@ -90,7 +90,7 @@ def test_a_harness_tree_is_installed_offline_from_the_stored_tarballs(
     data = DEMO_TARBALL.read_bytes()
     tarball = Artifact(
         kind="npm", name="pi-bench-demo", version="0.1.0",
-        url="file:../harness-packages/pi-bench-demo-0.1.0.tgz", filename=DEMO_TARBALL.name,
+        url="file:harness-packages/pi-bench-demo-0.1.0.tgz", filename=DEMO_TARBALL.name,
         sha256=store.add_bytes(data, DEMO_TARBALL.name), size=len(data), harnesses=("demo",),
     )  # fmt: skip
     integrity = "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()

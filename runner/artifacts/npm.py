@@ -102,12 +102,12 @@ def node_too_old(node: str) -> str | None:
 
 
 async def tree_pin_problems(
-    tree: NpmTree, registry: NpmRegistry, store: ArtifactStore, lock_dir: Path
+    tree: NpmTree, registry: NpmRegistry, store: ArtifactStore, paths_root: Path
 ) -> list[str]:
     """One line per package of the tree its source does not have (asks only for metadata)."""
     problems = []
     for package in tree.packages:
-        problem = await _pin_problem(package, registry, store, lock_dir)
+        problem = await _pin_problem(package, registry, store, paths_root)
         if problem is not None:
             problems.append(f"{package.source}: {problem}")
     return problems
@@ -117,7 +117,7 @@ async def plan_tree(
     tree: NpmTree,
     registry: NpmRegistry,
     platform: GuestPlatform,
-    lock_dir: Path,
+    paths_root: Path,
 ) -> Plan:
     """The tree's packages for the guest; its pins were checked by ``tree_pin_problems``."""
     plan = Plan()
@@ -132,7 +132,8 @@ async def plan_tree(
         for package in pinned
     }
     tarball_files = {
-        tarball_spec(package): lock_dir / package.source.removeprefix("file:") for package in pinned
+        tarball_spec(package): paths_root / package.source.removeprefix("file:")
+        for package in pinned
     }
     lockfile_bytes = await _npm_lockfile(specs, tarball_files, platform, tree.harness or "tools")
     lockfile = json.loads(lockfile_bytes)
@@ -151,14 +152,14 @@ async def plan_tree(
 
 
 async def _pin_problem(
-    package: PinnedPackage, registry: NpmRegistry, store: ArtifactStore, lock_dir: Path
+    package: PinnedPackage, registry: NpmRegistry, store: ArtifactStore, paths_root: Path
 ) -> str | None:
     if package.npm_name is not None and package.version is not None:
         return await registry.why_unavailable(package.npm_name, package.version)
     if package.source.startswith("git+"):
         # The host reaches package registries only; a git source must arrive as a tarball.
         return "git sources cannot be frozen here: pack it and pin it as 'file:' with its sha256"
-    tarball = lock_dir / package.source.removeprefix("file:")
+    tarball = paths_root / package.source.removeprefix("file:")
     if not tarball.is_file():
         return f"no such file {tarball}"
     assert package.sha256 is not None  # the lock requires it for 'file:'

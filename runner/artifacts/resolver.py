@@ -60,7 +60,7 @@ class Resolved:
 
 async def resolve_lock(
     lock: Lock,
-    lock_dir: Path,
+    paths_root: Path,
     paths: CachePaths,
     console: Console,
     sections: frozenset[Section] = ALL_SECTIONS,
@@ -73,7 +73,7 @@ async def resolve_lock(
         npm_registry = await run_tool(["npm", "config", "get", "registry"], "npm config")
         registry = NpmRegistry(session, npm_registry.strip())
         # Metadata first: a pin its source lacks fails in seconds, before any slow step.
-        checks = [tree_pin_problems(tree, registry, store, lock_dir) for tree in trees]
+        checks = [tree_pin_problems(tree, registry, store, paths_root) for tree in trees]
         if "tools" in sections:
             checks.append(node_pin_problem(lock.tools.node, registry, platform))
         if "wheels" in sections:
@@ -81,7 +81,7 @@ async def resolve_lock(
         problems = [line for lines in await asyncio.gather(*checks) for line in lines]
         if problems:
             raise UnavailableArtifacts(problems)
-        steps = [plan_tree(tree, registry, platform, lock_dir) for tree in trees]
+        steps = [plan_tree(tree, registry, platform, paths_root) for tree in trees]
         if "tools" in sections:
             steps.append(plan_node(lock.tools.node, registry, platform))
         if sections & {"debs", "wheels"}:
