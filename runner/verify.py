@@ -47,6 +47,9 @@ _ANSIBLE_ENV = {
     "ANSIBLE_NOCOLOR": "True",
     "ANSIBLE_LOCALHOST_WARNING": "False",
     "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
+    # ansible-runner drops an event's result beyond 700,000 characters; a drifted tree's listing
+    # (a digest per file: /opt holds the harness trees, tens of thousands of files) is larger.
+    "MAX_EVENT_RES": str(256 << 20),
 }
 _CHECK_EVENTS = frozenset({"runner_on_ok", "runner_on_failed"})
 
@@ -129,7 +132,8 @@ def judge(
                 )
                 for item in said["drifts"]
             )
-        elif kind == "runner_item_on_ok" and task == TREE_LISTING_TASK:
+        elif kind == "runner_item_on_ok" and task == TREE_LISTING_TASK and "item" in result:
+            # (without its result the tree's drift stays whole: no per-file detail)
             listings[str(result["item"])] = str(result.get("stdout", ""))
         elif kind == "runner_on_unreachable" or (
             kind == "runner_on_failed" and not data.get("ignore_errors")
