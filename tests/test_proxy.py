@@ -305,19 +305,22 @@ def test_streams_pass_through_chunk_by_chunk(proxy: CredentialProxy) -> None:
     assert seen_headers["Authorization"] == f"Bearer {KEY}"
 
 
+async def one_chat_in_a_cell(proxy: CredentialProxy, base_url: str) -> ProxyCellCounts:
+    """One chat request through a cell opened for the upstream at ``base_url``; its counts."""
+    bearer = await asyncio.to_thread(proxy.open_cell, "cell-1", upstream_model(base_url), soon())
+    status, _ = await post(
+        proxy.base_url + "/chat/completions", CHAT, {"Authorization": f"Bearer {bearer}"}
+    )
+    assert status == 200
+    return await asyncio.to_thread(proxy.close_cell, "cell-1")
+
+
 def test_usage_not_returned_is_none_not_zero(proxy: CredentialProxy) -> None:
     async def upstream(request: web.Request) -> web.StreamResponse:
         return web.json_response({"choices": [{"message": {"content": "hi"}}]})
 
     async def client(base_url: str) -> None:
-        bearer = await asyncio.to_thread(
-            proxy.open_cell, "cell-1", upstream_model(base_url), soon()
-        )
-        status, _ = await post(
-            proxy.base_url + "/chat/completions", CHAT, {"Authorization": f"Bearer {bearer}"}
-        )
-        assert status == 200
-        counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+        counts = await one_chat_in_a_cell(proxy, base_url)
         assert counts.usage_returned is False
         assert counts.input_tokens is None and counts.total_tokens is None
         assert counts.requests[0].usage is None
@@ -382,14 +385,7 @@ def test_token_counts_that_are_no_counts_are_ignored(proxy: CredentialProxy) -> 
         return web.json_response({"choices": [], "usage": usage})
 
     async def client(base_url: str) -> None:
-        bearer = await asyncio.to_thread(
-            proxy.open_cell, "cell-1", upstream_model(base_url), soon()
-        )
-        status, _ = await post(
-            proxy.base_url + "/chat/completions", CHAT, {"Authorization": f"Bearer {bearer}"}
-        )
-        assert status == 200
-        counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+        counts = await one_chat_in_a_cell(proxy, base_url)
         assert (counts.input_tokens, counts.output_tokens, counts.total_tokens) == (None, None, 3)
 
     with_upstream(upstream, client)
