@@ -120,7 +120,7 @@ def same_checks_playbook(plan: GuestPlan) -> list[dict[str, Any]]:
     units = [
         *plan.runtimes,
         *plan.container_runtimes,
-        *(tree for tree, _ in plan.harness_trees),
+        *plan.harness_trees,
         plan.runner_package,
         *plan.tasks,
     ]

@@ -61,16 +61,16 @@ def _rootfs_tar() -> str:
     return f"cd / && {{ {listing} }} | tar -c --no-recursion --numeric-owner -T -"
 
 
-RUNTIMES = ("node", "bun")  # the order of GuestPlan's runtime bundles
-
-
 @dataclass(frozen=True)
 class Bundle:
-    """A unit the guest unpacks or copies from the store: where to, and from which blob."""
+    """A unit the guest unpacks from the store: where to, from which blob, and the file (under
+    ``dest``) whose presence shows it was unpacked."""
 
     unit: str
     digest: str
     dest: str
+    check: str
+    strip_components: int = 0
 
     @property
     def blob(self) -> str:
@@ -89,7 +89,7 @@ class GuestPlan:
     debs: tuple[guest.DebFile, ...]
     runtimes: tuple[Bundle, ...]  # node, bun: unpacked for the guest itself
     container_runtimes: tuple[Bundle, ...]  # the same, unpacked again to bind into task containers
-    harness_trees: tuple[tuple[Bundle, str], ...]  # with the agent command it must hold
+    harness_trees: tuple[Bundle, ...]
     harbor_requirement: str
     wheels: tuple[tuple[str, str], ...]
     wheels_digest: str
@@ -141,34 +141,44 @@ def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
         )
     node = runtime_bundle(store, paths, _one(resolution, "node-binary"))
     bun = runtime_bundle(store, paths, _one(resolution, "bun-binary"))
-    runtimes = (Bundle("node", node, str(GUEST.node_dir)), Bundle("bun", bun, str(GUEST.bun_dir)))
+    runtimes = (
+        Bundle("node", node, str(GUEST.node_dir), "bin/node"),
+        Bundle("bun", bun, str(GUEST.bun_dir), "bin/bun"),
+    )
     artifacts = GUEST.container_artifacts
     container_runtimes = (
-        Bundle("node-container", node, str(artifacts.runtime_dir("node", lock.tools.node))),
-        Bundle("bun-container", bun, str(artifacts.runtime_dir("bun", lock.tools.bun))),
+        Bundle(
+            "node-container", node, str(artifacts.runtime_dir("node", lock.tools.node)), "bin/node"
+        ),
+        Bundle("bun-container", bun, str(artifacts.runtime_dir("bun", lock.tools.bun)), "bin/bun"),
     )
     agents = {harness.id: harness.agent for harness in lock.harnesses}
     trees = tuple(
-        (
-            Bundle(
-                f"harness-{tree.harness}",
-                harness_tree_bundle(store, paths, resolution, tree),
-                str(GUEST.harness_tree(tree.harness)),
-            ),
-            agents[tree.harness],
+        Bundle(
+            f"harness-{tree.harness}",
+            harness_tree_bundle(store, paths, resolution, tree),
+            str(GUEST.harness_tree(tree.harness)),
+            f"node_modules/.bin/{agents[tree.harness]}",
         )
         for tree in resolution.harness_trees
     )
     wheels = tuple((a.filename, _blob(a)) for a in resolution.artifacts if a.kind == "wheel")
     task_root = _task_root(lock.tasks, paths)
     tasks = tuple(
-        Bundle(f"task-{task}", pack_directory(store, task_root / task, task), str(GUEST.task(task)))
+        Bundle(
+            f"task-{task}",
+            pack_directory(store, task_root / task, task),
+            str(GUEST.task(task)),
+            "task.toml",
+            strip_components=1,
+        )
         for task in lock.tasks.ids
     )
     runner_package = Bundle(
         "runner-package",
         pack_directory(store, REPO_ROOT / "runner", "runner"),
         str(GUEST.python_path),
+        "runner/harbor_agents/agents.py",
     )
     images: dict[str, list[str]] = {}
     for from_name, image in lock.tasks.base_images.items():
@@ -206,6 +216,18 @@ def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
             )
             for task_id, task in zip(lock.tasks.ids, tasks, strict=True)
         ),
+    )
+
+
+def _unpacked(name: str, bundle: Bundle) -> None:
+    guest.unpacked(
+        name=name,
+        unit=bundle.unit,
+        blob=bundle.blob,
+        dest=bundle.dest,
+        digest=bundle.digest,
+        strip_components=bundle.strip_components,
+        check=bundle.check,
     )
 
 
@@ -254,25 +276,10 @@ def guest_provisioning(plan: GuestPlan) -> None:
         shell="/bin/bash",
         create_home=True,
     )
-    for bundles in (plan.runtimes, plan.container_runtimes):
-        for runtime, command in zip(bundles, RUNTIMES, strict=True):
-            guest.unpacked(
-                name=f"{runtime.unit} in {runtime.dest}",
-                unit=runtime.unit,
-                blob=runtime.blob,
-                dest=runtime.dest,
-                digest=runtime.digest,
-                check=f"bin/{command}",
-            )
-    for tree, agent in plan.harness_trees:
-        guest.unpacked(
-            name=f"Harness tree {tree.dest}",
-            unit=tree.unit,
-            blob=tree.blob,
-            dest=tree.dest,
-            digest=tree.digest,
-            check=f"node_modules/.bin/{agent}",
-        )
+    for runtime in (*plan.runtimes, *plan.container_runtimes):
+        _unpacked(f"{runtime.unit} in {runtime.dest}", runtime)
+    for tree in plan.harness_trees:
+        _unpacked(f"Harness tree {tree.dest}", tree)
     guest.harbor_venv(
         name=f"Harbor ({plan.harbor_requirement}) in {GUEST.harbor_venv}",
         venv=str(GUEST.harbor_venv),
@@ -280,29 +287,14 @@ def guest_provisioning(plan: GuestPlan) -> None:
         wheels=plan.wheels,
         digest=plan.wheels_digest,
     )
-    guest.unpacked(
-        name=f"The runner package in {plan.runner_package.dest}",
-        unit=plan.runner_package.unit,
-        blob=plan.runner_package.blob,
-        dest=plan.runner_package.dest,
-        digest=plan.runner_package.digest,
-        check="runner/harbor_agents/agents.py",
-    )
+    _unpacked(f"The runner package in {plan.runner_package.dest}", plan.runner_package)
     files.put(
         name="The runner package on the Harbor venv's path",
         src=io.StringIO(f"{GUEST.python_path}\n"),
         dest=str(GUEST.site_packages / "bench-runner.pth"),
     )
     for task in plan.tasks:
-        guest.unpacked(
-            name=f"Task {task.dest}",
-            unit=task.unit,
-            blob=task.blob,
-            dest=task.dest,
-            digest=task.digest,
-            strip_components=1,
-            check="task.toml",
-        )
+        _unpacked(f"Task {task.dest}", task)
     files.directory(name="Harbor trial dirs", path=str(GUEST.trials_dir))
     for image, aliases in plan.base_images.items():
         guest.base_image(
