@@ -16,8 +16,8 @@ from deploy.guest.provision import guest_provisioning, plan_guest
 from deploy.hypervisor import hypervisor_prerequisites
 from deploy.lab import SSH_WAIT_SECONDS, lab_vm, prepare_lab
 from images.store import ImageStore
-from runner.lab import HypervisorPaths, LabPaths
-from runner.lock import load_lock
+from runner.lab.state import HypervisorPaths, LabPaths
+from runner.spec.lock import load_lock
 
 with one_line_errors():
     lock = load_lock(Path(host.data.lock))

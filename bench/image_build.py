@@ -24,7 +24,7 @@ from images.manifest import ARTIFACT_NAMES, ImageManifest
 from images.paths import REPO_ROOT, default_store_root
 from images.recipe import ImageInputs, input_hash
 from images.store import ImageStore
-from runner.lock import load_lock
+from runner.spec.lock import load_lock
 
 COLD_TARGET_SECONDS = 600
 

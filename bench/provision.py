@@ -27,11 +27,11 @@ import ansible_runner
 import yaml
 
 from deploy.guest.provision import FSTAB_OPTIONS, GuestPlan, plan_guest
-from runner.artifacts.paths import CachePaths
-from runner.guest_layout import AGENT_USER, ARTIFACTS_MOUNT_TAG, GUEST
-from runner.lab import REPO_ROOT, LabPaths, LabState, load_lab_state
-from runner.lock import load_lock
-from runner.transport import GuestTransport
+from runner.cache.paths import CachePaths
+from runner.lab.layout import AGENT_USER, ARTIFACTS_MOUNT_TAG, GUEST
+from runner.lab.state import REPO_ROOT, LabPaths, LabState, load_lab_state
+from runner.lab.transport import GuestTransport
+from runner.spec.lock import load_lock
 
 SHARE_TARGET_MB_S = 50.0
 SPEEDUP_TARGET = 3.0

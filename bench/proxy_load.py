@@ -45,10 +45,10 @@ from typing import Any, cast
 
 import uvloop
 
-from runner.lock import Model
-from runner.paths import RunPaths
 from runner.provider import ProviderScript
 from runner.proxy import CredentialProxy
+from runner.records.paths import RunPaths
+from runner.spec.lock import Model
 
 KEY_ENV = "PROXY_LOAD_PROVIDER_KEY"
 BODY = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "ping"}]})

@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from runner.ledger import Ledger
-from runner.paths import RunPaths
+from runner.records.ledger import Ledger
+from runner.records.paths import RunPaths
 
 HARBOR_PHASES = ("agent", "verifier", "harbor_environment_setup", "harbor_agent_setup")
 # "harbor" is the whole Harbor process in the guest (its phases above happen inside it).

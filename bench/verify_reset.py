@@ -26,11 +26,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from runner.freeze import guest_transport, load_freeze
-from runner.lab import LabPaths, LabState, lab_name_from_env, load_lab_state
-from runner.reset import reset_lab, wait_for_banner
-from runner.transport import GuestError
-from runner.verify import audit, render_drifts, ssh_host_vars
+from runner.freeze.record import guest_transport, load_freeze
+from runner.freeze.reset import reset_lab, wait_for_banner
+from runner.lab.state import LabPaths, LabState, lab_name_from_env, load_lab_state
+from runner.lab.transport import GuestError
+from runner.verify.audit import audit, render_drifts, ssh_host_vars
 
 REBOOT_WAIT_SECONDS = 1800.0  # a reboot under TCG on a busy 2-core host took over 600 s
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from runner.lab import REPO_ROOT
+from runner.lab.state import REPO_ROOT
 
 TEARDOWN_TARGET_SECONDS = 5.0
 

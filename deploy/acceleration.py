@@ -12,9 +12,9 @@ import xml.etree.ElementTree as ET
 
 import libvirt
 
-from deploy import virt
 from deploy.domain_xml import ARCH_PROFILES, GuestArch
-from runner.lab import Acceleration
+from runner.lab import libvirt as virt
+from runner.lab.state import Acceleration
 
 _PROBE_SECONDS = 10.0
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Literal
 
-from deploy.virt import LAB_NAMESPACE, LAB_NAMESPACE_PREFIX
-from runner.guest_layout import ARTIFACTS_MOUNT_TAG
+from runner.lab.layout import ARTIFACTS_MOUNT_TAG
+from runner.lab.libvirt import LAB_NAMESPACE, LAB_NAMESPACE_PREFIX
 
 QEMU_NAMESPACE = "http://libvirt.org/schemas/domain/qemu/1.0"
 ET.register_namespace("qemu", QEMU_NAMESPACE)

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 from pyinfra.api.exceptions import PyinfraError
 
-from runner.errors import RunnerError
+from runner.core.errors import RunnerError
 
 
 @contextmanager

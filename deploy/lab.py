@@ -15,16 +15,16 @@ from pathlib import Path
 
 from pyinfra.api.deploy import deploy
 
-from deploy import virt
 from deploy.acceleration import choose_acceleration
 from deploy.domain_xml import DomainSpec, lab_uuid, render_domain
 from deploy.operations import guest, libvirt
 from images.manifest import ImageManifest
 from images.paths import ImagePaths
-from runner.artifacts.paths import CachePaths
-from runner.files import read_model, write_model
-from runner.lab import HypervisorPaths, ImageRef, LabPaths, LabState, libvirt_name
-from runner.lock import Lock
+from runner.cache.paths import CachePaths
+from runner.core.files import read_model, write_model
+from runner.lab import libvirt as virt
+from runner.lab.state import HypervisorPaths, ImageRef, LabPaths, LabState, libvirt_name
+from runner.spec.lock import Lock
 
 # Boot to SSH under TCG took 81-112 s on an idle 2-core host, over 9 minutes with three TCG
 # guests sharing it.

@@ -12,8 +12,8 @@ import click
 from rich.console import Console
 
 from images.store import ImageStore
-from runner.errors import RunnerError
-from runner.lock import load_lock
+from runner.core.errors import RunnerError
+from runner.spec.lock import load_lock
 
 
 @click.group()

@@ -13,7 +13,7 @@ from images.initramfs import build_initramfs
 from images.manifest import ARTIFACT_NAMES, ImageManifest, ToolVersions
 from images.paths import StagingPaths
 from images.recipe import ImageInputs, Recipe
-from runner.canonical import file_digest
+from runner.core.canonical import file_digest
 
 _TOOL_PACKAGES = {
     "mmdebstrap": "mmdebstrap",

@@ -16,7 +16,7 @@ from typing import TextIO
 
 from rich.console import Console
 
-from runner.errors import RunnerError
+from runner.core.errors import RunnerError
 
 # mmdebstrap's own progress lines ("I: installing remaining packages inside the chroot...").
 _CONSOLE_WORTHY = re.compile(r"^[IWE]: ")

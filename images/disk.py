@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 from images.buildlog import BuildLog
-from runner.errors import RunnerError
+from runner.core.errors import RunnerError
 
 _DEBUGFS_ECHO = re.compile(r"^debugfs( [0-9.]+ \(|: set_inode_field )")
 _NAMESPACE = uuid.UUID("6f0c1e0a-5b1f-4c55-9a43-0f3d1c2b7a10")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from images.buildlog import BuildLog
 from images.recipe import INITRAMFS_INIT, Recipe
-from runner.errors import RunnerError
+from runner.core.errors import RunnerError
 
 BUSYBOX_IN_DEB = "./usr/bin/busybox"
 _DIRS = ("bin", "dev", "etc", "lib", "lib/modules", "proc", "root", "sys")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from runner.core.models import Sha256
+
 SCHEMA_VERSION: Literal[1] = 1
 
-Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 ArtifactName = Literal["root.qcow2", "vmlinuz", "initrd.img"]
 ARTIFACT_NAMES: tuple[ArtifactName, ...] = get_args(ArtifactName)
 
@@ -28,7 +29,7 @@ class ToolVersions(_FileModel):
 
 class ImageManifest(_FileModel):
     schema_version: Literal[1] = SCHEMA_VERSION
-    input_hash: Digest
+    input_hash: Sha256
     arch: str
     suite: str
     mirror: str
@@ -38,7 +39,7 @@ class ImageManifest(_FileModel):
     packages: dict[str, str] = Field(min_length=1)
     # Packages unpacked into the initramfs only (never installed in the guest).
     initramfs_packages: dict[str, str]
-    files: dict[ArtifactName, Digest]
+    files: dict[ArtifactName, Sha256]
     kernel_version: str = Field(min_length=1)
     # Boot with this, plus ``lab.authorized_key=<base64 public key line>`` to allow a login.
     kernel_cmdline: str

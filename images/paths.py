@@ -22,14 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from images.manifest import ArtifactName
-
-STORE_ENV = "FROZEN_BENCH_CACHE"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from runner.core.roots import cache_root
 
 
 def default_store_root() -> Path:
-    cache = os.environ.get(STORE_ENV)
-    return (Path(cache) if cache else REPO_ROOT / ".cache") / "images"
+    return cache_root() / "images"
 
 
 def short_hash(input_hash: str) -> str:

@@ -14,9 +14,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runner.canonical import canonical_json, sha256_digest
-from runner.errors import InputError
-from runner.lock import Guest
+from runner.core.canonical import canonical_json, sha256_digest
+from runner.core.errors import InputError
+from runner.spec.lock import Guest
 
 RECIPE_VERSION = 1
 

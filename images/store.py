@@ -22,10 +22,10 @@ from images.buildlog import BuildLog
 from images.manifest import ARTIFACT_NAMES, ImageManifest
 from images.paths import ImagePaths, StorePaths, default_store_root
 from images.recipe import RECIPE, ImageInputs, Recipe, input_hash
-from runner.canonical import canonical_json, file_digest
-from runner.errors import RunnerError
-from runner.files import write_atomic
-from runner.lock import Guest
+from runner.core.canonical import canonical_json, file_digest
+from runner.core.errors import RunnerError
+from runner.core.files import write_atomic
+from runner.spec.lock import Guest
 
 
 class CorruptEntry(Exception):

@@ -8,7 +8,7 @@ LOCK picks the lock (default locks/demo.toml), LAB the lab name (default "defaul
 
 import os
 
-from runner.lab import lab_name_from_env
+from runner.lab.state import lab_name_from_env
 
 lock = os.environ.get("LOCK", "locks/demo.toml")
 

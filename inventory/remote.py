@@ -8,7 +8,7 @@ LAB_HYPERVISOR_ROOT is where the lab's pool and console log live on that host.
 import os
 import sys
 
-from runner.lab import lab_name_from_env
+from runner.lab.state import lab_name_from_env
 
 hostname = os.environ.get("LAB_HYPERVISOR")
 if not hostname:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 # Session fixtures of the real-VM tier (vm_lab, frozen_lab).
-pytest_plugins = ["tests.vm_fixtures", "tests.harbor_venv"]
+pytest_plugins = ["tests.support.vm_fixtures", "tests.support.harbor_venv"]
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from runner.artifacts.npm import misnamed_tarballs, missing_platform_packages, packages_for_guest
-from runner.artifacts.platform import GuestPlatform, platform_of
-from runner.lock import PinnedPackage
+from runner.spec.lock import PinnedPackage
+from runner.spec.platform import GuestPlatform, platform_of
 
 FIXTURES = Path(__file__).parent / "fixtures" / "npm_platform"
 CASES = sorted(FIXTURES.glob("*.json"))

@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from runner.artifacts.paths import CACHE_ENV, CachePaths
-from runner.artifacts.platform import GuestPlatform
 from runner.artifacts.resolver import Resolved, Section, UnavailableArtifacts, resolve_lock
-from runner.artifacts.store import ArtifactStore
 from runner.artifacts.wheels import plan_wheels
-from runner.lock import Harness, Lock, PinnedPackage, load_lock
+from runner.cache.paths import CachePaths
+from runner.cache.store import ArtifactStore
+from runner.core.roots import CACHE_ENV
+from runner.spec.lock import Harness, Lock, PinnedPackage, load_lock
+from runner.spec.platform import GuestPlatform
 
 REPO = Path(__file__).resolve().parents[1]
 LOCKS = REPO / "locks"

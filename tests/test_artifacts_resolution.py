@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from runner.artifacts.versions import nearest_version
-from runner.errors import InputError, RunnerError
-from runner.files import write_model
-from runner.lock import load_lock
-from runner.resolution import (
+from runner.core.errors import InputError, RunnerError
+from runner.core.files import write_model
+from runner.spec.lock import load_lock
+from runner.spec.resolution import (
     Artifact,
     Resolution,
     ResolverTools,

@@ -13,9 +13,10 @@ from aiohttp import web
 from rich.console import Console
 
 from runner.artifacts.fetch import FetchReport, Wanted, fetch_all
-from runner.artifacts.paths import CACHE_ENV, CachePaths
-from runner.artifacts.store import ArtifactStore, CorruptArtifact, Integrity
-from runner.errors import RunnerError
+from runner.cache.paths import CachePaths
+from runner.cache.store import ArtifactStore, CorruptArtifact, Integrity
+from runner.core.errors import RunnerError
+from runner.core.roots import CACHE_ENV
 
 DATA = b"frozen artifact bytes\n" * 100
 SHA256 = "sha256:" + hashlib.sha256(DATA).hexdigest()

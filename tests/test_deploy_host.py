@@ -11,8 +11,8 @@ from pyinfra.facts.files import Directory
 
 from deploy.facts.host import BinfmtHandler, DaemonPids, DeviceAccess
 from deploy.operations import host as host_ops
-from tests.deploy_harness import local_host as make_local_host
-from tests.deploy_harness import yielded
+from tests.support.deploy_harness import local_host as make_local_host
+from tests.support.deploy_harness import yielded
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,6 @@ from pyinfra.api.command import FunctionCommand
 from pyinfra.api.exceptions import OperationError
 from pyinfra.api.host import Host
 
-from deploy import virt
 from deploy.acceleration import choose_acceleration
 from deploy.domain_xml import (
     QEMU_NAMESPACE,
@@ -35,10 +34,11 @@ from deploy.domain_xml import (
 )
 from deploy.facts.libvirt import Domain, StoragePool, StorageVolume
 from deploy.operations import libvirt as libvirt_ops
-from deploy.teardown import teardown_lab
-from runner.errors import RunnerError
-from runner.lab import LabPaths
-from tests.deploy_harness import local_host, yielded
+from runner.core.errors import RunnerError
+from runner.lab import libvirt as virt
+from runner.lab.state import LabPaths
+from runner.lab.teardown import teardown_lab
+from tests.support.deploy_harness import local_host, yielded
 
 CASES = sorted((Path(__file__).parent / "deploy_libvirt").glob("*.json"))
 LAB = "t"

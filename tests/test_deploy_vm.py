@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.lab import REPO_ROOT, LabPaths, guest_machine, libvirt_name, load_lab_state
-from runner.lock import load_lock
+from runner.core.roots import REPO_ROOT
+from runner.lab.state import LabPaths, guest_machine, libvirt_name, load_lab_state
+from runner.spec.lock import load_lock
 
 pytestmark = pytest.mark.vm
 

@@ -15,14 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from runner.lab import REPO_ROOT, LabState
-from runner.ledger import Ledger
-from runner.paths import RunPaths
-from runner.transport import GuestTransport
+from runner.core.roots import REPO_ROOT
+from runner.lab.state import LabState
+from runner.lab.transport import GuestTransport
+from runner.records.ledger import Ledger
+from runner.records.paths import RunPaths
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e]
 DEMO = REPO_ROOT / "locks" / "demo.toml"
-RUNNER = [sys.executable, "-c", "from runner.cli import main; main()"]
+RUNNER = [sys.executable, "-c", "from runner.cli.main import main; main()"]
 
 
 def execute(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:

@@ -7,8 +7,8 @@ import hashlib
 import pytest
 from pydantic import ValidationError
 
-from runner.freeze_manifest import FreezeManifest, Tree, default_scope, listing_text
-from tests.freeze_factory import manifest_of
+from runner.freeze.manifest import FreezeManifest, Tree, default_scope, listing_text
+from tests.support.freeze_factory import manifest_of
 
 SHA_A = "sha256:" + "a" * 64
 SHA_B = "sha256:" + "b" * 64

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from runner.files import read_model
-from runner.freeze import guest_transport
-from runner.freeze_manifest import FreezeManifest
-from runner.freeze_paths import FreezePaths
-from runner.lab import REPO_ROOT, LabState
-from runner.verify_report import VerifyReport
-from tests.vm_fixtures import frozen_lab, vm_lab  # noqa: F401  (fixtures)
+from runner.core.files import read_model
+from runner.core.roots import REPO_ROOT
+from runner.freeze.manifest import FreezeManifest
+from runner.freeze.paths import FreezePaths
+from runner.freeze.record import guest_transport
+from runner.lab.state import LabState
+from runner.verify.report import VerifyReport
+from tests.support.vm_fixtures import frozen_lab, vm_lab  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.vm, pytest.mark.guest]
 

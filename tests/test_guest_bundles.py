@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from deploy.guest.bundles import harness_tree_bundle, pack_directory, runtime_bundle
-from runner.artifacts.paths import CachePaths
-from runner.artifacts.store import ArtifactStore
-from runner.resolution import Artifact, HarnessTree, Resolution, ResolverTools
+from runner.cache.paths import CachePaths
+from runner.cache.store import ArtifactStore
+from runner.spec.resolution import Artifact, HarnessTree, Resolution, ResolverTools
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_TARBALL = REPO / "harness-packages" / "pi-bench-demo-0.1.0.tgz"

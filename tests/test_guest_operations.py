@@ -15,7 +15,7 @@ import pytest
 
 from deploy.guest import operations as guest_ops
 from deploy.guest.facts import ImageLabel, UnitStamp
-from tests.deploy_harness import local_host, yielded
+from tests.support.deploy_harness import local_host, yielded
 
 CASES = sorted((Path(__file__).parent / "guest_operations").glob("*.json"))
 ARGUMENT_TYPES: dict[str, Any] = {

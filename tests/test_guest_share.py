@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from deploy.domain_xml import render_domain
 from deploy.guest.provision import FSTAB_OPTIONS, MOUNT_OPTIONS
-from runner.guest_layout import ARTIFACTS_MOUNT_TAG
+from runner.lab.layout import ARTIFACTS_MOUNT_TAG
 from tests.test_deploy_libvirt import SPEC  # the one domain spec of the libvirt unit tests
 
 

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from runner.guest_layout import DOCKER_HOST, GUEST
-from runner.lab import REPO_ROOT, LabPaths, LabState, load_lab_state
-from runner.lock import load_lock
-from runner.transport import GuestTransport
-from tests.vm_fixtures import VM_TEST_LAB, vm_lab  # noqa: F401  (fixture)
+from runner.core.roots import REPO_ROOT
+from runner.lab.layout import DOCKER_HOST, GUEST
+from runner.lab.state import LabPaths, LabState, load_lab_state
+from runner.lab.transport import GuestTransport
+from runner.spec.lock import load_lock
+from tests.support.vm_fixtures import VM_TEST_LAB, vm_lab  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.vm, pytest.mark.guest]
 
@@ -92,8 +93,8 @@ def test_the_demo_package_is_in_its_harness_tree(guest: GuestTransport) -> None:
 
 def test_the_runner_agents_import_in_harbors_venv(guest: GuestTransport) -> None:
     python = GUEST.harbor_venv / "bin" / "python"
-    found = run(guest, f"{python} -c 'import runner.harbor_agents.agents as a; print(a.PiAgent)'")
-    assert "runner.harbor_agents.agents.PiAgent" in found
+    found = run(guest, f"{python} -c 'import runner.guest.harbor_agents as a; print(a.PiAgent)'")
+    assert "runner.guest.harbor_agents.PiAgent" in found
 
 
 def test_podman_answers_on_the_docker_socket(guest: GuestTransport) -> None:

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from runner.accounting import count_logical_attempts_in
-from runner.harbor_agents.plan import (
+from runner.artifacts.hosttools import host_harness
+from runner.cells.accounting import count_logical_attempts_in
+from runner.guest.agent_plan import (
     CONTAINER,
     AgentPlan,
     bearer_environment,
@@ -28,13 +29,12 @@ from runner.harbor_agents.plan import (
     install_script,
     run_script,
 )
-from runner.hosttools import host_harness
-from runner.lock import Harness, Lock, load_lock
-from runner.paths import RunPaths
+from runner.guest.harness_config import BEARER_ENV
 from runner.provider.script import reference_solution
 from runner.proxy import CredentialProxy
-from runner.proxy.harness import BEARER_ENV
-from tests.host_harnesses import with_host_omp
+from runner.records.paths import RunPaths
+from runner.spec.lock import Harness, Lock, load_lock
+from tests.support.host_harnesses import with_host_omp
 from tests.test_tasks import TASKS, StandInContainer, needs_chroot
 
 REPO = Path(__file__).resolve().parent.parent
@@ -227,9 +227,9 @@ def test_harbor_loads_the_agents_by_import_path(tmp_path: Path, harbor_python: P
         "proxy_base_url": PROXY_URL,
     }
     attempts = [
-        ["runner.harbor_agents.agents:PiAgent", "scripted/reference-solution"],
-        ["runner.harbor_agents.agents:PiAgent", "seal/glm-5.3"],
-        ["runner.harbor_agents.agents:OmpAgent", "scripted/reference-solution"],
+        ["runner.guest.harbor_agents:PiAgent", "scripted/reference-solution"],
+        ["runner.guest.harbor_agents:PiAgent", "seal/glm-5.3"],
+        ["runner.guest.harbor_agents:OmpAgent", "scripted/reference-solution"],
     ]
     done = subprocess.run(
         [
@@ -250,7 +250,7 @@ def test_harbor_loads_the_agents_by_import_path(tmp_path: Path, harbor_python: P
     assert loaded == {
         "name": "bench-pi",
         "version": "0.84.2",
-        "import_path": "runner.harbor_agents.agents:PiAgent",
+        "import_path": "runner.guest.harbor_agents:PiAgent",
         "model": {"name": "reference-solution", "provider": "scripted"},
     }
     assert "is not the lock's scripted/reference-solution" in wrong_model["error"]

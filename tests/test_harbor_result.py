@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.harbor_result import classify
+from runner.cells.classify import classify
 
 CASES = sorted((Path(__file__).parent / "harbor_results").glob("*.json"))
 

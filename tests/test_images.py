@@ -32,9 +32,9 @@ from images.recipe import (
     recipe_file_digests,
 )
 from images.store import ImageStore
-from runner.canonical import canonical_json, sha256_digest
-from runner.errors import InputError, RunnerError
-from runner.lock import Guest, load_lock
+from runner.core.canonical import canonical_json, sha256_digest
+from runner.core.errors import InputError, RunnerError
+from runner.spec.lock import Guest, load_lock
 
 REPO = Path(__file__).resolve().parent.parent
 EPOCH = 1764374400

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from runner.errors import InputError, RunnerError
-from runner.ledger import Ledger, LedgerLine
-from runner.lock import load_lock
-from runner.receipt import build_receipt
-from tests.ledger_factory import line_for, new_run_dir
+from runner.core.errors import InputError, RunnerError
+from runner.records.ledger import Ledger, LedgerLine
+from runner.run.receipt import build_receipt
+from runner.spec.lock import load_lock
+from tests.support.ledger_factory import line_for, new_run_dir
 
 
 def test_append_and_reload(seed_lock_path, tmp_path) -> None:

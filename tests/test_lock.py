@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from runner.errors import InputError
-from runner.lock import load_lock
+from runner.core.errors import InputError
+from runner.spec.lock import load_lock
 
 CASES = json.loads((Path(__file__).parent / "bad_locks" / "cases.json").read_text())
 
@@ -73,7 +73,7 @@ def test_cli_bad_lock_exit_2_without_traceback(
 ) -> None:
     path = _bad_lock(seed_lock_path, tmp_path, case)
     result = subprocess.run(
-        [sys.executable, "-c", "from runner.cli import main; main()", "schedule", str(path)],
+        [sys.executable, "-c", "from runner.cli.main import main; main()", "schedule", str(path)],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -1,7 +1,8 @@
 """The real Pi and OMP (npm, on npm's Node and Bun) through the proxy to the scripted provider.
 
-Both are installed once into ``<repo>/.cache/hosttools`` (``python -m runner.hosttools LOCK``
-does the same for CI). These tests skip only when the npm registry cannot be reached at all.
+Both are installed once into ``<repo>/.cache/hosttools``
+(``python -m runner.artifacts.hosttools LOCK`` does the same for CI). These tests skip
+only when the npm registry cannot be reached at all.
 """
 
 from __future__ import annotations
@@ -18,22 +19,22 @@ from typing import Any
 
 import pytest
 
-from runner.accounting import count_logical_attempts_in, reconcile
-from runner.errors import RunnerError
-from runner.hosttools import HostHarness, host_harness
-from runner.lock import Model, load_lock
-from runner.paths import RunPaths
-from runner.provider import Fault, ProviderScript, ToolCall, Turn
-from runner.proxy import CredentialProxy, ProxyCellCounts
-from runner.proxy.harness import (
+from runner.artifacts.hosttools import HostHarness, host_harness
+from runner.cells.accounting import count_logical_attempts_in, reconcile
+from runner.core.errors import RunnerError
+from runner.guest.harness_config import (
     BEARER_ENV,
     Agent,
     agent_command,
     models_config,
     models_file_name,
 )
-from runner.scan import new_canary, scan_run
-from tests.host_harnesses import HOST_HARNESSES
+from runner.provider import Fault, ProviderScript, ToolCall, Turn
+from runner.proxy import CredentialProxy, ProxyCellCounts
+from runner.records.paths import RunPaths
+from runner.run.scan import new_canary, scan_run
+from runner.spec.lock import Model, load_lock
+from tests.support.host_harnesses import HOST_HARNESSES
 
 REPO = Path(__file__).resolve().parent.parent
 KEY_ENV = "PI_HOST_TEST_PROVIDER_KEY"

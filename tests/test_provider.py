@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from runner.errors import InputError
+from runner.core.errors import InputError
 from runner.provider import Fault, ProviderScript, ScriptedProvider, ToolCall, Turn, script_for
 from runner.provider.shapes import next_turn_index
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.errors import InputError
-from runner.execute import take_provider_keys
-from runner.lock import Lock, load_lock
+from runner.core.errors import InputError
+from runner.run.execute import take_provider_keys
+from runner.spec.lock import Lock, load_lock
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = load_lock(REPO / "locks" / "demo.toml")

@@ -15,14 +15,14 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from runner.errors import RunnerError
-from runner.files import read_model
-from runner.lock import Model
-from runner.paths import RunPaths
+from runner.core.errors import RunnerError
+from runner.core.files import read_model
 from runner.provider import Fault, ProviderScript, ToolCall, Turn
 from runner.proxy import CredentialProxy, ProxyCellCounts
 from runner.proxy.bearer import BEARER_PREFIX, BEARER_SHAPE, new_bearer
-from runner.scan import scan_run
+from runner.records.paths import RunPaths
+from runner.run.scan import scan_run
+from runner.spec.lock import Model
 
 KEY_ENV = "PROXY_TEST_PROVIDER_KEY"
 KEY = "real-provider-key-" + "x" * 24

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from runner.accounting import count_logical_attempts, reconcile
+from runner.cells.accounting import count_logical_attempts, reconcile
 from runner.proxy import ProxyCellCounts
 
 

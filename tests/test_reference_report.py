@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from runner.ledger import Ledger
-from runner.lock import load_lock
-from runner.paths import RunPaths
-from runner.receipt import Receipt, build_receipt
-from runner.report import render_markdown
-from runner.schedule import Schedule
-from tests.ledger_factory import line_for, new_run_dir, split
+from runner.records.ledger import Ledger
+from runner.records.paths import RunPaths
+from runner.records.schedule import Schedule
+from runner.run.receipt import Receipt, build_receipt
+from runner.run.report import render_markdown
+from runner.spec.lock import load_lock
+from tests.support.ledger_factory import line_for, new_run_dir, split
 
 # (batch, harness): (pass, fail, indeterminate), wall s, tokens or None, POST, logical attempts
 PUBLISHED = {

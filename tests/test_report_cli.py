@@ -10,17 +10,17 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from runner.files import write_model
-from runner.paths import RunPaths
-from runner.scan import scan_run
-from runner.verify_report import VerifyReport
-from tests.ledger_factory import new_run_dir
+from runner.core.files import write_model
+from runner.records.paths import RunPaths
+from runner.run.scan import scan_run
+from runner.verify.report import VerifyReport
+from tests.support.ledger_factory import new_run_dir
 from tests.test_reference_report import write_reference_ledger
 
 
 def runner_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from runner.cli import main; main()", *args],
+        [sys.executable, "-c", "from runner.cli.main import main; main()", *args],
         capture_output=True,
         text=True,
     )

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.errors import InputError
-from runner.run_dir import open_run
+from runner.core.errors import InputError
+from runner.run.run_dir import open_run
 
 
 def test_new_then_resume_with_or_without_the_lock(seed_lock_path: Path, tmp_path: Path) -> None:

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from runner.errors import RunnerError
-from runner.files import read_model
-from runner.paths import RunPaths
+from runner.core.errors import RunnerError
+from runner.core.files import read_model
 from runner.proxy.bearer import BEARER_LENGTH, BEARER_PREFIX, BEARER_SHAPE, new_bearer
-from runner.scan import CHUNK, ScanReport, new_canary, scan_run
+from runner.records.paths import RunPaths
+from runner.run.scan import CHUNK, ScanReport, new_canary, scan_run
 
 KEY = "sk-real-provider-key-7f3a9c2e"
 BEARER = "bearer-of-cell-1-AbCdEfGhIjKl"

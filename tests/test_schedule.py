@@ -7,8 +7,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from runner.lock import load_lock
-from runner.schedule import Schedule, build_schedule, is_balanced, position_counts
+from runner.records.schedule import Schedule, build_schedule, is_balanced, position_counts
+from runner.spec.lock import load_lock
 
 
 def test_reference_schedule_shape(seed_lock_path: Path) -> None:
@@ -65,7 +65,7 @@ def test_same_lock_same_bytes_and_hash(seed_lock_path: Path, tmp_path: Path) -> 
             [
                 sys.executable,
                 "-c",
-                "from runner.cli import main; main()",
+                "from runner.cli.main import main; main()",
                 "schedule",
                 str(seed_lock_path),
                 "--out",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from runner.snapshot import with_disk
+from runner.lab.snapshot import with_disk
 
 SAVED = """<domain type='qemu'><name>frozen-bench-x</name><devices>
 <disk type='file' device='disk'><driver name='qemu' type='qcow2'/>

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.lock import load_lock
+from runner.spec.lock import load_lock
 
 REPO = Path(__file__).resolve().parent.parent
 TASKS = REPO / "tasks"

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.freeze_manifest import Collected, FreezeManifest, FreezeScope, GuestState
-from runner.verify import audit
-from runner.verify_report import VerifyReport
+from runner.freeze.manifest import Collected, FreezeManifest, FreezeScope, GuestState
+from runner.verify.audit import audit
+from runner.verify.report import VerifyReport
 
 # The host's dpkg set and sockets belong to whoever else uses the machine: judged elsewhere.
 OURS = ("file:", "tree:", "venv:", "kernel:")

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runner.verify_playbook import (
+from runner.verify.playbook import (
     CHECK_TASK_PREFIX,
     PROBES,
     TREE_LISTING_TASK,
     build_playbook,
     tree_listing_command,
 )
-from tests.freeze_factory import manifest_of
+from tests.support.freeze_factory import manifest_of
 
 CASES = sorted((Path(__file__).parent / "verify_playbook_cases").glob("*.json"))
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from runner.verify import judge, render_drifts
-from runner.verify_junit import junit_xml
-from runner.verify_report import Drift, VerifyReport
-from tests.freeze_factory import manifest_of
+from runner.verify.audit import judge, render_drifts
+from runner.verify.junit import junit_xml
+from runner.verify.report import Drift, VerifyReport
+from tests.support.freeze_factory import manifest_of
 
 SHA_A = "sha256:" + "a" * 64
 SHA_B = "sha256:" + "b" * 64

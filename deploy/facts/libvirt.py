@@ -15,8 +15,8 @@ import libvirt
 from pyinfra.api.host import Host
 from pyinfra.api.state import StateStage
 
-from deploy import virt
 from deploy.domain_xml import read_lab_tag
+from runner.lab import libvirt as virt
 
 T = TypeVar("T")
 

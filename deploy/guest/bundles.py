@@ -20,13 +20,12 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from runner.artifacts.npm import TARBALLS_DIR
-from runner.artifacts.paths import CachePaths
-from runner.artifacts.platform import GuestPlatform
-from runner.artifacts.store import ArtifactStore
-from runner.canonical import canonical_json, sha256_digest
-from runner.errors import RunnerError
-from runner.resolution import Artifact, HarnessTree, Resolution
+from runner.cache.paths import CachePaths
+from runner.cache.store import ArtifactStore
+from runner.core.canonical import canonical_json, sha256_digest
+from runner.core.errors import RunnerError
+from runner.spec.platform import GuestPlatform
+from runner.spec.resolution import TARBALLS_DIR, Artifact, HarnessTree, Resolution
 
 # Bump when a bundle's recipe changes, so cached bundles are not taken for the new recipe.
 BUNDLE_RECIPE = 2

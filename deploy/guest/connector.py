@@ -15,7 +15,7 @@ from typing import Any
 from pyinfra.connectors.ssh import SSHConnector
 from typing_extensions import override
 
-from runner.lab import LabPaths, load_lab_state
+from runner.lab.state import LabPaths, load_lab_state
 
 GUEST_GROUP = "lab_guests"
 

@@ -6,7 +6,7 @@ import shlex
 
 from pyinfra.api.facts import FactBase
 
-from runner.guest_layout import GUEST
+from runner.lab.layout import GUEST
 
 
 class UnitStamp(FactBase[str]):

@@ -17,9 +17,9 @@ from pyinfra.context import host
 from pyinfra.facts.deb import DebPackages
 
 from deploy.guest.facts import ImageLabel, UnitStamp
-from runner.guest_layout import GUEST
-from runner.lab import LabPaths, guest_machine, load_lab_state
-from runner.transport import GuestError
+from runner.lab.layout import GUEST
+from runner.lab.state import LabPaths, guest_machine, load_lab_state
+from runner.lab.transport import GuestError
 
 Commands = Generator[StringCommand | FunctionCommand | str, None, None]
 

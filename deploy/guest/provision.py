@@ -3,7 +3,7 @@
 ``plan_guest`` runs on the host while pyinfra prepares: it checks the lock's resolution against
 the store and builds the bundles (harness trees, tasks, the runner package); ``guest_provisioning``
 is the pyinfra deploy that converges the guest to that plan, reading every artifact from the
-store through the read-only 9p share (runner/guest_layout.py draws the guest's layout).
+store through the read-only 9p share (runner/lab/layout.py draws the guest's layout).
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from pyinfra.operations import files, server, systemd
 
 from deploy.guest import operations as guest
 from deploy.guest.bundles import harness_tree_bundle, pack_directory, runtime_bundle
-from runner.artifacts.paths import CachePaths
-from runner.artifacts.store import ArtifactStore
-from runner.canonical import canonical_json, sha256_digest
-from runner.errors import RunnerError
-from runner.guest_layout import AGENT_USER, ARTIFACTS_MOUNT_TAG, GUEST
-from runner.lab import REPO_ROOT
-from runner.lock import Lock, TaskSource
-from runner.resolution import Artifact, Resolution, load_resolution, resolution_path
+from runner.cache.paths import CachePaths
+from runner.cache.store import ArtifactStore
+from runner.core.canonical import canonical_json, sha256_digest
+from runner.core.errors import RunnerError
+from runner.core.roots import REPO_ROOT
+from runner.lab.layout import AGENT_USER, ARTIFACTS_MOUNT_TAG, GUEST
+from runner.spec.lock import Lock, TaskSource
+from runner.spec.resolution import Artifact, Resolution, load_resolution, resolution_path
 
 # Mount options exactly as /proc/self/mountinfo shows them (pyinfra's server.mount compares
 # them); fstab has the same. msize: 512000 is virtio-9p's largest. cache=0xf is cache=loose as the
@@ -178,7 +178,7 @@ def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
         "runner-package",
         pack_directory(store, REPO_ROOT / "runner", "runner"),
         str(GUEST.python_path),
-        "runner/harbor_agents/agents.py",
+        "runner/guest/harbor_agents.py",
     )
     images: dict[str, list[str]] = {}
     for from_name, image in lock.tasks.base_images.items():

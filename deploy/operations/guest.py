@@ -8,8 +8,8 @@ from pyinfra.api.command import FunctionCommand
 from pyinfra.api.operation import operation
 from pyinfra.context import host
 
-from runner.lab import LabState, guest_machine
-from runner.transport import GuestError
+from runner.lab.state import LabState, guest_machine
+from runner.lab.transport import GuestError
 
 
 def _machine_now(lab: LabState) -> str:

@@ -18,9 +18,9 @@ from pyinfra.api.exceptions import OperationError
 from pyinfra.api.operation import operation
 from pyinfra.context import host
 
-from deploy import virt
 from deploy.domain_xml import DomainDefinition
 from deploy.facts.libvirt import Domain, StoragePool, StorageVolume, get_libvirt_fact
+from runner.lab import libvirt as virt
 
 _RUNNING = frozenset({"running", "blocked"})
 

@@ -18,11 +18,11 @@ from pathlib import Path
 from debian.deb822 import Packages
 
 from runner.artifacts.fetch import Wanted
-from runner.artifacts.paths import CachePaths
 from runner.artifacts.plan import Plan, Planned
-from runner.artifacts.platform import GuestPlatform
 from runner.artifacts.tools import run_tool
-from runner.lock import Guest
+from runner.cache.paths import CachePaths
+from runner.spec.lock import Guest
+from runner.spec.platform import GuestPlatform
 
 # What the guest deploy installs with dpkg on top of the image (FIELD-NOTES, "Harbor in the arm64
 # guest"): Harbor drives `docker compose` through Podman, creates a venv with pip, and netavark

@@ -23,8 +23,8 @@ from rich.progress import (
 )
 
 from runner.artifacts.http import new_session, retrying
-from runner.artifacts.store import ArtifactStore, CorruptArtifact, Integrity
-from runner.errors import RunnerError
+from runner.cache.store import ArtifactStore, CorruptArtifact, Integrity
+from runner.core.errors import RunnerError
 
 _PARALLEL_DOWNLOADS = 8
 _CHUNK = 1 << 16

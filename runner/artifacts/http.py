@@ -13,7 +13,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from runner.errors import RunnerError
+from runner.core.errors import RunnerError
 
 _ATTEMPTS = 4
 _TIMEOUT = aiohttp.ClientTimeout(total=None, connect=30, sock_read=60)

@@ -22,18 +22,16 @@ import aiohttp
 from runner.artifacts.fetch import Wanted
 from runner.artifacts.http import get_json
 from runner.artifacts.plan import Plan, Planned, PlannedTree
-from runner.artifacts.platform import GuestPlatform, platform_of
-from runner.artifacts.store import ArtifactStore
 from runner.artifacts.tools import run_tool
 from runner.artifacts.versions import nearest_version
-from runner.lock import PinnedPackage
-from runner.resolution import ArtifactKind
+from runner.cache.store import ArtifactStore
+from runner.spec.lock import PinnedPackage
+from runner.spec.platform import GuestPlatform, platform_of
+from runner.spec.resolution import TARBALLS_DIR, ArtifactKind
 
 # The abbreviated document npm itself asks for: versions with dist and dependencies only.
 _PACKUMENT = "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8"
-_NODE_MINIMUM = (22, 19)
-# Where a tree's pinned tarballs sit, relative to the tree's directory (see ``tarball_spec``).
-TARBALLS_DIR = "tarballs"  # Pi 0.84 refuses older Node (seen: "needs Node >= 22.19")
+_NODE_MINIMUM = (22, 19)  # Pi 0.84 refuses older Node (seen: "needs Node >= 22.19")
 
 
 @dataclass(frozen=True)

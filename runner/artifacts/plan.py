@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from runner.artifacts.fetch import Wanted
-from runner.resolution import ArtifactKind
+from runner.spec.resolution import ArtifactKind
 
 
 @dataclass(frozen=True)

@@ -26,15 +26,15 @@ from runner.artifacts.npm import (
     plan_tree,
     tree_pin_problems,
 )
-from runner.artifacts.paths import CachePaths
 from runner.artifacts.plan import Plan, Planned
-from runner.artifacts.platform import GuestPlatform
-from runner.artifacts.store import ArtifactStore
 from runner.artifacts.tools import PIP, run_tool, tool_version
 from runner.artifacts.wheels import harbor_pin_problem, plan_wheels
-from runner.errors import RunnerError
-from runner.lock import Lock
-from runner.resolution import Artifact, HarnessTree, Resolution, ResolverTools
+from runner.cache.paths import CachePaths
+from runner.cache.store import ArtifactStore
+from runner.core.errors import RunnerError
+from runner.spec.lock import Lock
+from runner.spec.platform import GuestPlatform
+from runner.spec.resolution import Artifact, HarnessTree, Resolution, ResolverTools
 
 Section = Literal["debs", "wheels", "tools", "harnesses"]
 ALL_SECTIONS: frozenset[Section] = frozenset(("debs", "wheels", "tools", "harnesses"))

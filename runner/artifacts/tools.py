@@ -9,7 +9,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from runner.errors import RunnerError
+from runner.core.errors import RunnerError
 
 PIP = (sys.executable, "-m", "pip")
 _NOISE = re.compile(r"complete log of this run|npm error code ")

@@ -18,9 +18,9 @@ import aiohttp
 from runner.artifacts.fetch import Wanted
 from runner.artifacts.http import get_json
 from runner.artifacts.plan import Plan, Planned
-from runner.artifacts.platform import GuestPlatform
 from runner.artifacts.tools import PIP, ToolFailed, pip_env, run_tool
 from runner.artifacts.versions import nearest_version
+from runner.spec.platform import GuestPlatform
 
 GUEST_PYTHON = "3.13"  # Debian trixie's python3
 _PYPI_JSON = "https://pypi.org/pypi/{name}/json"

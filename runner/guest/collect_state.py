@@ -1,7 +1,7 @@
 """Runs INSIDE the guest (python3 from stdin, the scope as argv[1]); prints the state as JSON.
 
 Standalone on purpose: only the standard library of the guest's Python. The output is validated
-on the host as ``runner.freeze_manifest.Collected``. The audit computes the same things with
+on the host as ``runner.freeze.manifest.Collected``. The audit computes the same things with
 other tools (coreutils, dpkg-query, ss, awk in an Ansible playbook), so a bug here and there
 would have to agree to hide a drift.
 """

@@ -12,8 +12,8 @@ import os
 import sys
 from pathlib import Path
 
-from runner.errors import RunnerError
-from runner.files import read_model
+from runner.core.errors import RunnerError
+from runner.core.files import read_model
 from runner.provider.script import ProviderScript
 from runner.provider.server import ScriptedProvider
 

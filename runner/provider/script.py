@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from runner.errors import InputError
-from runner.lock import FrozenModel
+from runner.core.errors import InputError
+from runner.core.models import FrozenModel
 
 PROVIDER_MARKER = "offline-scripted"
 

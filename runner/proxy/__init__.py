@@ -1,8 +1,7 @@
 """The credential boundary: per-cell bearers in, the real key out, every POST counted.
 
 The server (aiohttp, uvloop) is imported on first use, so the light modules of this package
-(``harness``, ``models``) also import where only pydantic is installed: the guest's Harbor venv
-loads ``runner.harbor_agents``, which builds each harness's config with ``runner.proxy.harness``.
+(``models``) also import where only pydantic is installed.
 """
 
 from __future__ import annotations

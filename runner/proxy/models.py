@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from runner.lock import FrozenModel
+from runner.core.models import FrozenModel
 
 RequestOutcome = Literal[
     "forwarded",  # sent to the provider; status is the provider's

@@ -35,16 +35,16 @@ from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 from multidict import CIMultiDict
 
-from runner.errors import RunnerError
-from runner.files import write_model
-from runner.lock import Model
-from runner.paths import RunPaths
+from runner.core.errors import RunnerError
+from runner.core.files import write_model
 from runner.provider import PROVIDER_MARKER, ProviderScript, ScriptedProvider
 from runner.provider.server import LOOPBACK
 from runner.provider.shapes import shape_for_path
 from runner.proxy.bearer import BEARER_BYTES, new_bearer
 from runner.proxy.models import ProxyCellCounts, RequestLogEntry, RequestOutcome, TokenUsage
 from runner.proxy.usage import UsageMeter
+from runner.records.paths import RunPaths
+from runner.spec.lock import Model
 
 log = logging.getLogger(__name__)
 

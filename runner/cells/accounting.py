@@ -1,0 +1,100 @@
+"""Logical attempts (the harness's own event log) against physical POSTs (the proxy's count).
+
+A logical attempt is one assistant message the harness finished: a ``message_end`` event whose
+message has role ``assistant`` in Pi's and OMP's ``--mode json`` log (an attempt that failed with
+a provider error is still one, with ``stopReason: "error"``). Every logical attempt needs at
+least one physical POST; POSTs beyond that (client-side retries inside one attempt, requests the
+harness made on its own) are ``unattributedProviderPostRequests``: counted, never hidden. Fewer
+POSTs than attempts means evidence was lost, and the cell fails closed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from pydantic import ConfigDict, Field
+
+from runner.core.models import FrozenModel
+from runner.proxy.models import ProxyCellCounts
+from runner.records.ledger import surplus_posts
+
+
+class EventLogCount(FrozenModel):
+    logical_attempts: int = Field(ge=0)
+    unparsed_lines: int = Field(ge=0, description="non-empty lines that are not JSON objects")
+
+
+class Reconciliation(FrozenModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    cell_id: str
+    logical_attempts: int = Field(ge=0)
+    physical_posts: int = Field(ge=0)
+    rejected_requests: int = Field(ge=0)
+    provider_posts_received: int | None = Field(default=None, ge=0)
+    unattributed_provider_post_requests: int = Field(ge=0, alias="unattributedProviderPostRequests")
+    problems: tuple[str, ...] = ()
+
+    @property
+    def reconciled(self) -> bool:
+        return not self.problems
+
+
+def count_logical_attempts(lines: Iterable[str]) -> EventLogCount:
+    attempts = unparsed = 0
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            unparsed += 1
+            continue
+        if not isinstance(event, dict):
+            unparsed += 1
+            continue
+        message = event.get("message")
+        if (
+            event.get("type") == "message_end"
+            and isinstance(message, dict)
+            and message.get("role") == "assistant"
+        ):
+            attempts += 1
+    return EventLogCount(logical_attempts=attempts, unparsed_lines=unparsed)
+
+
+def count_logical_attempts_in(event_log: Path) -> EventLogCount:
+    with event_log.open(encoding="utf-8", errors="replace") as handle:
+        return count_logical_attempts(handle)
+
+
+def reconcile(events: EventLogCount, proxy: ProxyCellCounts) -> Reconciliation:
+    problems = []
+    if proxy.physical_posts < events.logical_attempts:
+        problems.append(
+            f"{proxy.physical_posts} physical POSTs for {events.logical_attempts} logical "
+            "attempts: the proxy must have seen every attempt"
+        )
+    if (
+        proxy.provider_posts_received is not None
+        and proxy.provider_posts_received != proxy.physical_posts
+    ):
+        problems.append(
+            f"the proxy sent {proxy.physical_posts} POSTs, the provider received "
+            f"{proxy.provider_posts_received}"
+        )
+    if events.unparsed_lines:
+        problems.append(f"{events.unparsed_lines} lines of the event log are not JSON events")
+    return Reconciliation(
+        cell_id=proxy.cell_id,
+        logical_attempts=events.logical_attempts,
+        physical_posts=proxy.physical_posts,
+        rejected_requests=proxy.rejected_requests,
+        provider_posts_received=proxy.provider_posts_received,
+        unattributedProviderPostRequests=surplus_posts(
+            proxy.physical_posts, events.logical_attempts
+        ),
+        problems=tuple(problems),
+    )

@@ -1,0 +1,48 @@
+"""``runner execute [LOCK] [--run-dir DIR]``."""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from runner.cli.options import lab_option
+from runner.records.paths import RunPaths
+from runner.run.execute import ExecuteOptions, execute
+
+
+@click.command("execute")
+@click.argument("lock_path", metavar="[LOCK]", required=False, type=click.Path(path_type=Path))
+@click.option(
+    "--run-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="The run directory; an existing one is resumed (default: runs/<lock>-<UTC time>).",
+)
+@click.option(
+    "--reset/--no-reset",
+    default=True,
+    show_default=True,
+    help="Reset the guest to its frozen snapshot before every cell (off: verify only at start).",
+)
+@lab_option
+def execute_command(lock_path: Path | None, run_dir: Path | None, reset: bool, lab: str) -> None:
+    """Run the lock's frozen schedule in the lab's frozen guest, one cell at a time.
+
+    Exit code 0 when the receipt is ``completed`` or ``completed_with_indeterminate``, 1 when it
+    is ``failed_closed``."""
+    if run_dir is None:
+        lock_path = lock_path or Path("locks/demo.toml")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        run_dir = Path("runs") / f"{lock_path.stem}-{stamp}"
+    console = Console()
+    receipt = execute(ExecuteOptions(lock_path, run_dir, lab, reset), console)
+    paths = RunPaths(run_dir)
+    console.print(f"status: {receipt.status}")
+    for reason in receipt.reasons:
+        console.print(f"  failed closed: {reason}")
+    console.print(f"report: {paths.report_md}  receipt: {paths.receipt}")
+    if receipt.status == "failed_closed":
+        sys.exit(1)

@@ -1,0 +1,44 @@
+"""``runner freeze [--lab NAME] [--lock LOCK]``: record the guest's state and save it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from runner.cli.options import lab_option
+from runner.freeze.manifest import default_scope
+from runner.freeze.paths import FreezePaths
+from runner.freeze.record import freeze_lab
+
+
+@click.command("freeze")
+@lab_option
+@click.option(
+    "--lock",
+    "lock_path",
+    type=click.Path(path_type=Path),
+    help="The lock the lab must have been deployed for (default: the lab's own).",
+)
+def freeze_command(lab: str, lock_path: Path | None) -> None:
+    """Record the guest's state (packages, pinned files, trees, Python environments, Podman
+    images, kernel, listening ports) and save the running guest to reset to."""
+    started = time.monotonic()
+    frozen = freeze_lab(lab, default_scope(), lock_path)
+    state = frozen.manifest.state
+    files = sum(len(tree.files) for tree in state.trees.values())
+    click.echo(f"packages      {len(state.packages)}")
+    click.echo(f"pinned files  {len(state.files)}")
+    click.echo(f"trees         {len(state.trees)} ({files} files)")
+    for task, digest in sorted(state.tasks.items()):
+        click.echo(f"task          {task} {digest}")
+    click.echo(f"venvs         {', '.join(sorted(state.venvs)) or 'none'}")
+    click.echo(f"images        {len(state.images)}")
+    click.echo(f"listening     {' '.join(s.label for s in state.listening)}")
+    click.echo(f"kernel        {state.kernel}")
+    click.echo(f"collected in  {frozen.collect_seconds:.1f} s")
+    click.echo(f"manifest      {FreezePaths.for_lab(lab).manifest}")
+    click.echo(f"environment   {frozen.manifest.environment_fingerprint}")
+    click.echo(f"saved state   {frozen.saved.memory_image}")
+    click.echo(f"freeze sha256: {frozen.manifest.sha256} ({time.monotonic() - started:.1f} s)")

@@ -1,0 +1,50 @@
+"""The ``runner`` command: wires one module per verb; errors become one line and an exit code."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from runner.cli.execute import execute_command
+from runner.cli.freeze import freeze_command
+from runner.cli.rebuild import rebuild_command
+from runner.cli.report import report_command
+from runner.cli.reset import reset_command
+from runner.cli.resolve import resolve_command
+from runner.cli.schedule import schedule_command
+from runner.cli.status import status_command
+from runner.cli.teardown import teardown_command
+from runner.cli.verify import verify_command
+from runner.core.errors import RunnerError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Provision a frozen benchmark VM and run a frozen schedule of coding-agent cells in it."""
+
+
+cli.add_command(schedule_command)
+cli.add_command(report_command)
+cli.add_command(teardown_command)
+cli.add_command(rebuild_command)
+cli.add_command(status_command)
+cli.add_command(resolve_command)
+cli.add_command(freeze_command)
+cli.add_command(verify_command)
+cli.add_command(reset_command)
+cli.add_command(execute_command)
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except RunnerError as error:
+        click.echo(f"runner: error: {error}", err=True)
+        sys.exit(error.exit_code)
+    except click.exceptions.Abort:
+        click.echo("runner: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)

@@ -1,0 +1,23 @@
+"""``runner report RUN_DIR``: write receipt.json, report.md and report.png."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from runner.records.paths import RunPaths
+from runner.run.report import write_report
+
+
+@click.command("report")
+@click.argument("run_dir", metavar="RUN_DIR", type=click.Path(path_type=Path))
+def report_command(run_dir: Path) -> None:
+    """Derive the receipt and the report of a run directory from its files."""
+    receipt = write_report(run_dir)
+    paths = RunPaths(run_dir)
+    click.echo(f"status: {receipt.status}")
+    for reason in receipt.reasons:
+        click.echo(f"  failed closed: {reason}")
+    for path in (paths.receipt, paths.report_md, paths.report_png):
+        click.echo(f"wrote {path}")

@@ -1,0 +1,20 @@
+"""The base of every file model, and the field types more than one file format shares."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SHA256_PATTERN = r"^sha256:[0-9a-f]{64}$"
+
+# A content digest as every file of the tool writes one: ``sha256:<64 hex>`` (core.canonical).
+Sha256 = Annotated[str, Field(pattern=SHA256_PATTERN)]
+# A name that is safe as a path component and a libvirt/Podman name.
+Slug = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=64)]
+
+
+class FrozenModel(BaseModel):
+    """Base for every file model: unknown fields are errors, instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)

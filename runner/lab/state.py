@@ -1,0 +1,185 @@
+"""The lab: one libvirt VM built from the image, and the file that says how to reach it.
+
+``deploy.py`` writes ``lab.json`` before it creates anything on the hypervisor (so a half-failed
+create can still be torn down) and again when the acceleration is known; the runner reads it to
+reach the guest with Paramiko and to tear the lab down.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import paramiko
+from pydantic import Field
+
+from runner.core.files import read_model
+from runner.core.models import FrozenModel, Sha256, Slug
+from runner.core.roots import cache_root
+from runner.lab.transport import GuestError
+
+DEFAULT_LAB = "default"
+
+
+def libvirt_name(lab: str) -> str:
+    """The name of the lab's libvirt domain and of its storage pool."""
+    return f"frozen-bench-{lab}"
+
+
+def lab_name_from_env() -> str:
+    """The lab a command acts on when no ``--lab`` is given: ``$LAB``, else ``default``."""
+    return os.environ.get("LAB", DEFAULT_LAB)
+
+
+@dataclass(frozen=True)
+class LabPaths:
+    """Owns ``<repo>/.cache/lab/<lab>/`` on the controller; no other code names these files.
+
+    <repo>/.cache/lab/<lab>/
+        lab.json          LabState: how to reach and tear down the lab
+        id_ed25519        root's SSH key for the guest (private; mode 600)
+        id_ed25519.pub    its public half, passed to the guest on the kernel cmdline
+        known_hosts       the guest's SSH host key, as pyinfra's guest connector first saw it
+        pool/             the lab's libvirt dir pool when the hypervisor is this machine
+                          (HypervisorPaths; a remote hypervisor has it under its own root)
+    """
+
+    lab_dir: Path
+
+    @classmethod
+    def for_lab(cls, lab: str) -> LabPaths:
+        return cls(cache_root() / "lab" / lab)
+
+    @property
+    def state(self) -> Path:
+        return self.lab_dir / "lab.json"
+
+    @property
+    def private_key(self) -> Path:
+        return self.lab_dir / "id_ed25519"
+
+    @property
+    def public_key(self) -> Path:
+        return self.lab_dir / "id_ed25519.pub"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.lab_dir / "known_hosts"
+
+    @property
+    def local_pool_dir(self) -> Path:
+        return self.lab_dir / "pool"
+
+
+@dataclass(frozen=True)
+class HypervisorPaths:
+    """The lab's files on the hypervisor's filesystem (possibly a remote machine's).
+
+    <pool_dir>/           libvirt dir pool "frozen-bench-<lab>"
+        base-<sha16>.qcow2    copy of the image's root.qcow2 (backing file)
+        vmlinuz-<sha16>       the image's kernel (direct kernel boot)
+        initrd-<sha16>.img    the image's initrd
+        frozen-bench-<lab>.qcow2  the overlay the guest writes
+        console.log           the serial console (in the pool, so deleting the pool's
+                              volumes removes it too, even on a remote hypervisor)
+    """
+
+    pool_dir: Path
+
+    @property
+    def console_log(self) -> Path:
+        return self.pool_dir / "console.log"
+
+
+class Acceleration(FrozenModel):
+    """How QEMU runs the guest, and why that was chosen (reported by ``runner status``)."""
+
+    kind: Literal["kvm", "tcg"]
+    reason: str = Field(min_length=1)
+
+
+class ImageRef(FrozenModel):
+    """The base image the lab was built from (from images/' manifest.json)."""
+
+    store_dir: str
+    input_hash: str
+    root_sha256: Sha256
+
+
+class LabState(FrozenModel):
+    schema_version: Literal[1] = 1
+    lab: Slug
+    # The lock's environment fingerprint: what the guest was provisioned from.
+    environment_fingerprint: str
+    libvirt_uri: str
+    domain_name: str
+    domain_uuid: str
+    guest_arch: Literal["aarch64", "x86_64"]
+    acceleration: Acceleration
+    pool_name: str
+    pool_dir: str
+    overlay_path: str
+    console_log: str
+    ssh_host: str = "127.0.0.1"
+    ssh_port: int = Field(ge=1024, le=65535)
+    ssh_user: str = "root"
+    private_key: str
+    # QEMU forwards the guest's 10.0.2.100:8080 to this host loopback port (the model proxy).
+    proxy_port: int = Field(ge=1024, le=65535)
+    image: ImageRef
+
+
+def load_lab_state(paths: LabPaths) -> LabState:
+    return read_model(paths.state, LabState)
+
+
+_SSH_STEP_SECONDS = 60.0
+
+
+def _sshd_banner_seen(state: LabState) -> bool:
+    """Whether the guest's sshd greets on the forwarded port. QEMU accepts on the host port
+    before the guest listens; probing the banner first keeps Paramiko (which logs a traceback
+    per refused handshake) out of the boot wait."""
+    try:
+        with socket.create_connection((state.ssh_host, state.ssh_port), timeout=5) as probe:
+            probe.settimeout(5)
+            return probe.recv(4) == b"SSH-"
+    except OSError:
+        return False
+
+
+def guest_machine(state: LabState, wait_seconds: float = 0) -> str:
+    """The guest's ``uname -m`` over SSH, waiting up to ``wait_seconds`` for sshd to greet;
+    ``GuestError`` when it does not. Every step is bounded (a guest starved of CPU under TCG
+    can accept a connection and then stall), so this never hangs."""
+    deadline = time.monotonic() + wait_seconds
+    while not _sshd_banner_seen(state):
+        if time.monotonic() >= deadline:
+            raise GuestError(f"guest sshd does not answer on {state.ssh_host}:{state.ssh_port}")
+        time.sleep(2)
+    client = paramiko.SSHClient()
+    # The guest's host key is made at its first boot; the port is host loopback only.
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+    try:
+        client.connect(
+            state.ssh_host,
+            port=state.ssh_port,
+            username=state.ssh_user,
+            key_filename=state.private_key,
+            timeout=_SSH_STEP_SECONDS,
+            banner_timeout=_SSH_STEP_SECONDS,
+            auth_timeout=_SSH_STEP_SECONDS,
+            channel_timeout=_SSH_STEP_SECONDS,
+            allow_agent=False,
+            look_for_keys=False,
+        )
+        _stdin, stdout, _stderr = client.exec_command("uname -m", timeout=_SSH_STEP_SECONDS)
+        return str(stdout.read().decode().strip())
+    except (OSError, paramiko.SSHException, EOFError) as error:
+        raise GuestError(f"guest at {state.ssh_host}:{state.ssh_port}: {error}") from None
+    finally:
+        client.close()

@@ -1,0 +1,1 @@
+"""A run directory's files and their models: the paths object, the schedule, the ledger."""

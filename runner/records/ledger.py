@@ -1,0 +1,197 @@
+"""The ledger: ``cells.jsonl``, one validated line per finished cell, append-only.
+
+Each line is flushed and fsynced before the next cell starts. Every attempt leaves a record
+under ``attempts/`` before it starts, so a runner killed mid-cell leaves evidence: on resume the
+interrupted attempt is marked as such and kept, and the cell is run again as a new attempt,
+never counted as a second sample.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from typing import Literal, TypedDict
+
+from pydantic import ConfigDict, Field, ValidationError, model_validator
+
+from runner.core.errors import InputError, RunnerError, describe_validation_error
+from runner.core.files import read_model, write_model
+from runner.core.models import FrozenModel, Sha256
+from runner.records.paths import RunPaths
+from runner.records.schedule import Cell
+
+Outcome = Literal["pass", "fail", "indeterminate"]
+
+
+class Artifact(FrozenModel):
+    path: str  # relative to the run directory
+    sha256: Sha256
+
+
+class LedgerLine(FrozenModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    schema_version: Literal[1] = 1
+    cell_id: str
+    batch: str
+    model: str
+    task: str
+    repeat: int = Field(ge=1)
+    harness: str
+    attempt: int = Field(ge=1)
+    outcome: Outcome
+    reason: str = Field(min_length=1)
+    started_at: datetime
+    ended_at: datetime
+    wall_seconds: float = Field(ge=0)
+    provider_tokens: int | None = Field(ge=0)
+    physical_posts: int = Field(ge=0)
+    logical_attempts: int = Field(ge=0)
+    unattributed_provider_post_requests: int = Field(ge=0, alias="unattributedProviderPostRequests")
+    artifacts: tuple[Artifact, ...] = ()
+    # Seconds per phase of the cell (reset, bearer, harbor, copy_back, ..., agent, verifier):
+    # what lies outside the agent and the verifier is the runner's overhead.
+    phase_seconds: dict[str, float] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _surplus_matches_counts(self) -> LedgerLine:
+        expected = max(0, self.physical_posts - self.logical_attempts)
+        if self.unattributed_provider_post_requests != expected:
+            raise ValueError(
+                f"unattributedProviderPostRequests must be physical_posts - logical_attempts "
+                f"when positive, else 0 (expected {expected})"
+            )
+        return self
+
+    @property
+    def reconciles(self) -> bool:
+        """Every logical attempt needs at least one physical POST; fewer means lost evidence."""
+        return self.physical_posts >= self.logical_attempts
+
+
+class CellCoordinates(TypedDict):
+    cell_id: str
+    batch: str
+    model: str
+    task: str
+    repeat: int
+    harness: str
+
+
+def cell_coordinates(cell: Cell) -> CellCoordinates:
+    """The fields of a ledger line that say which cell of the schedule it is."""
+    return {
+        "cell_id": cell.id,
+        "batch": cell.batch,
+        "model": cell.model,
+        "task": cell.task,
+        "repeat": cell.repeat,
+        "harness": cell.harness,
+    }
+
+
+def surplus_posts(physical_posts: int, logical_attempts: int) -> int:
+    return max(0, physical_posts - logical_attempts)
+
+
+class AttemptRecord(FrozenModel):
+    cell_id: str
+    attempt: int = Field(ge=1)
+    status: Literal["started", "finished", "interrupted"]
+    started_at: datetime
+    interrupted_noted_at: datetime | None = None
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Ledger:
+    """Reads and appends ``cells.jsonl`` and the attempt records of one run directory."""
+
+    def __init__(self, paths: RunPaths) -> None:
+        self.paths = paths
+
+    def lines(self) -> list[LedgerLine]:
+        if not self.paths.ledger.exists():
+            return []
+        text = self.paths.ledger.read_text()
+        lines = []
+        seen: set[str] = set()
+        for number, raw in enumerate(text.splitlines(), start=1):
+            try:
+                line = LedgerLine.model_validate_json(raw)
+            except ValidationError as error:
+                where = f"{self.paths.ledger}:{number}"
+                raise InputError(describe_validation_error(where, error)) from None
+            if line.cell_id in seen:
+                raise InputError(
+                    f"{self.paths.ledger}:{number}: cell {line.cell_id} recorded twice"
+                )
+            seen.add(line.cell_id)
+            lines.append(line)
+        return lines
+
+    def repair_torn_tail(self) -> bool:
+        """A kill during a write can leave a last line without its newline: that cell did not
+        finish. Move the fragment to ``attempts/`` as evidence; the cell runs again."""
+        if not self.paths.ledger.exists():
+            return False
+        data = self.paths.ledger.read_bytes()
+        if not data or data.endswith(b"\n"):
+            return False
+        keep = data[: data.rfind(b"\n") + 1]
+        fragment = self.paths.torn_ledger_tail(now().strftime("%Y%m%dT%H%M%S%fZ"))
+        fragment.parent.mkdir(parents=True, exist_ok=True)
+        fragment.write_bytes(data[len(keep) :])
+        with self.paths.ledger.open("r+b") as handle:
+            handle.truncate(len(keep))
+            os.fsync(handle.fileno())
+        return True
+
+    def append(self, line: LedgerLine) -> None:
+        if line.cell_id in {recorded.cell_id for recorded in self.lines()}:
+            raise RunnerError(
+                f"cell {line.cell_id} is already in the ledger; not counting it twice"
+            )
+        payload = line.model_dump_json(by_alias=True) + "\n"
+        self.paths.ledger.parent.mkdir(parents=True, exist_ok=True)
+        with self.paths.ledger.open("a") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def finish(self, line: LedgerLine) -> None:
+        """Append the cell's line, then mark its attempt record finished."""
+        self.append(line)
+        path = self.paths.attempt(line.cell_id, line.attempt)
+        if path.exists():
+            record = read_model(path, AttemptRecord)
+            write_model(path, record.model_copy(update={"status": "finished"}))
+
+    def attempts(self, cell_id: str) -> list[AttemptRecord]:
+        directory = self.paths.attempts_dir / cell_id
+        if not directory.is_dir():
+            return []
+        records = [read_model(path, AttemptRecord) for path in directory.glob("attempt-*.json")]
+        return sorted(records, key=lambda record: record.attempt)
+
+    def begin_attempt(self, cell: Cell) -> AttemptRecord:
+        """Mark earlier unfinished attempts as interrupted (kept), then record a new one."""
+        previous = self.attempts(cell.id)
+        for record in previous:
+            if record.status == "started":
+                interrupted = record.model_copy(
+                    update={"status": "interrupted", "interrupted_noted_at": now()}
+                )
+                write_model(self.paths.attempt(cell.id, record.attempt), interrupted)
+        record = AttemptRecord(
+            cell_id=cell.id, attempt=len(previous) + 1, status="started", started_at=now()
+        )
+        write_model(self.paths.attempt(cell.id, record.attempt), record)
+        return record
+
+    def pending(self, cells: tuple[Cell, ...]) -> list[Cell]:
+        """Cells without a ledger line, in schedule order."""
+        done = {line.cell_id for line in self.lines()}
+        return [cell for cell in cells if cell.id not in done]

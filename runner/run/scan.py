@@ -1,0 +1,265 @@
+"""The credential scan: no real key and no bearer may survive in anything a run keeps.
+
+After a run, every file under the retained roots (the whole run directory by default: ledger,
+attempts, trials with the agents' logs and sessions, proxy counts, verify, receipt) is searched
+for every real key and every bearer the proxy issued (handed over in memory, never written
+down), for a planted canary, and for any string of the bearer shape (``runner.proxy.bearer``):
+that catches bearers issued by an earlier runner process, which a resumed run never knew.
+Compressed files (gzip, bzip2, xz, zip) are searched inside as well, and file and member names
+too. The report names the file and the kind of secret, never the secret: a secret in a name is
+shown as ``<kind>``.
+
+A leak makes the scan unclean, and so does a file that could not be read through, and so does
+a canary that was planted but not found (a scan that cannot find its canary proves nothing).
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import lzma
+import os
+import secrets
+import zipfile
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import Field, model_validator
+
+from runner.core.errors import RunnerError
+from runner.core.files import write_model
+from runner.core.models import FrozenModel
+from runner.proxy.bearer import BEARER_LENGTH, BEARER_SHAPE
+from runner.records.paths import RunPaths
+
+SecretKind = Literal["provider_key", "bearer", "canary"]
+
+CHUNK = 1 << 20
+MIN_SECRET_LENGTH = 12  # shorter strings would match by chance
+MAX_INFLATED_BYTES = 4 << 30  # per compressed file; beyond it the scan gives up on that file
+
+
+class Leak(FrozenModel):
+    file: str
+    kind: SecretKind
+    inside: str | None = Field(default=None, description="the compressed member it was found in")
+
+
+class ScanFailure(FrozenModel):
+    file: str
+    error: str
+
+
+class ScanReport(FrozenModel):
+    schema_version: Literal[1] = 1
+    scanned_at: datetime
+    roots_scanned: tuple[str, ...]
+    missing_roots: tuple[str, ...]
+    files_scanned: int = Field(ge=0)
+    bytes_scanned: int = Field(ge=0)
+    secrets_checked: dict[SecretKind, int] = Field(description="how many of each kind")
+    leaks: tuple[Leak, ...]
+    canary_planted: bool
+    canary_hits: tuple[str, ...]
+    failures: tuple[ScanFailure, ...]
+    clean: bool
+
+    @model_validator(mode="after")
+    def _clean_follows_findings(self) -> ScanReport:
+        expected = (
+            not self.leaks
+            and not self.failures
+            and (not self.canary_planted or bool(self.canary_hits))
+        )
+        if self.clean != expected:
+            raise ValueError(f"clean must be {expected} for these findings")
+        return self
+
+
+class _Readable(Protocol):
+    def read(self, size: int, /) -> bytes: ...
+
+
+def new_canary() -> str:
+    """A string that must be found where it is planted, and nowhere by chance."""
+    return "scan-canary-" + secrets.token_urlsafe(24)
+
+
+def _needles(value: str) -> set[bytes]:
+    """The secret as stored raw, and as it appears inside a JSON string."""
+    return {value.encode(), json.dumps(value)[1:-1].encode()}
+
+
+class _Searcher:
+    def __init__(self, secrets_by_kind: Mapping[SecretKind, Iterable[str]]) -> None:
+        self.needles: list[tuple[bytes, SecretKind]] = []
+        self.checked: dict[SecretKind, int] = {}
+        for kind, values in secrets_by_kind.items():
+            distinct = set(values)
+            for value in distinct:
+                if len(value) < MIN_SECRET_LENGTH:
+                    raise RunnerError(
+                        f"scan: a {kind} shorter than {MIN_SECRET_LENGTH} "
+                        "characters cannot be searched for reliably"
+                    )
+                self.needles += [(needle, kind) for needle in _needles(value)]
+            self.checked[kind] = len(distinct)
+        # A bearer shape needs its right neighbour, so one ending a window waits for the next:
+        # the overlap carries it over whole.
+        needle_overlap = max((len(needle) for needle, _ in self.needles), default=1) - 1
+        self.overlap = max(needle_overlap, BEARER_LENGTH)
+
+    def kinds_in(self, window: bytes, final: bool) -> set[SecretKind]:
+        """The kinds in ``window``; a bearer shape ending it counts only when the data ends."""
+        found = {kind for needle, kind in self.needles if needle in window}
+        if any(final or m.end() < len(window) for m in BEARER_SHAPE.finditer(window)):
+            found.add("bearer")
+        return found
+
+    def search(self, stream: _Readable, limit: int | None = None) -> tuple[set[SecretKind], int]:
+        """The kinds found in the stream, and how many bytes were read."""
+        found: set[SecretKind] = set()
+        tail = b""
+        total = 0
+        while chunk := stream.read(CHUNK):
+            total += len(chunk)
+            if limit is not None and total > limit:
+                raise OSError(f"more than {limit} bytes inflated")
+            window = tail + chunk
+            found |= self.kinds_in(window, final=False)
+            tail = window[-self.overlap :]
+        return found | self.kinds_in(tail, final=True), total
+
+    def name(self, name: str) -> tuple[str, set[SecretKind]]:
+        """The name as the report may show it (each secret in it replaced by ``<kind>``), and
+        the kinds it held: a name is kept with the run as much as a file's content."""
+        raw = name.encode(errors="surrogateescape")
+        kinds = self.kinds_in(raw, final=True)
+        for needle, kind in self.needles:
+            raw = raw.replace(needle, f"<{kind}>".encode())
+        raw = BEARER_SHAPE.sub(b"<bearer>", raw)
+        return raw.decode(errors="surrogateescape"), kinds
+
+
+# Magic bytes -> ``open(path, "rb")`` of the decompressed stream.
+_COMPRESSED: dict[bytes, Callable[..., Any]] = {
+    b"\x1f\x8b": gzip.open,
+    b"BZh": bz2.open,
+    b"\xfd7zXZ\x00": lzma.open,
+}
+_ZIP = b"PK\x03\x04"
+
+
+class _Scan:
+    def __init__(self, base: Path, searcher: _Searcher) -> None:
+        self.base = base
+        self.searcher = searcher
+        self.files = 0
+        self.bytes = 0
+        self.leaks: list[Leak] = []
+        self.canary_hits: list[str] = []
+        self.failures: list[ScanFailure] = []
+
+    def name(self, path: Path) -> tuple[str, set[SecretKind]]:
+        """The path as the report shows it (relative to the base), and the kinds it held."""
+        where = path.relative_to(self.base) if path.is_relative_to(self.base) else path
+        return self.searcher.name(str(where))
+
+    def note(self, file: str, kinds: set[SecretKind], inside: str | None = None) -> None:
+        for kind in sorted(kinds):
+            if kind == "canary":
+                self.canary_hits.append(file + (f"!{inside}" if inside else ""))
+            else:
+                self.leaks.append(Leak(file=file, kind=kind, inside=inside))
+
+    def fail(self, file: str, error: str) -> None:
+        shown, _ = self.searcher.name(error)  # an OS error quotes the path
+        self.failures.append(ScanFailure(file=file, error=shown[:200]))
+
+    def file(self, path: Path) -> None:
+        self.files += 1
+        file, in_name = self.name(path)
+        self.note(file, in_name)
+        try:
+            with path.open("rb") as handle:
+                head = handle.read(8)
+                handle.seek(0)
+                kinds, size = self.searcher.search(handle)
+            self.bytes += size
+            self.note(file, kinds)
+            self.inside(path, file, head)
+        except (OSError, EOFError, zipfile.BadZipFile, lzma.LZMAError) as error:
+            self.fail(file, str(error))
+
+    def inside(self, path: Path, file: str, head: bytes) -> None:
+        for magic, opener in _COMPRESSED.items():
+            if head.startswith(magic):
+                with opener(path, "rb") as stream:
+                    kinds, _ = self.searcher.search(stream, MAX_INFLATED_BYTES)
+                self.note(file, kinds, inside=magic.hex())
+        if head.startswith(_ZIP):
+            with zipfile.ZipFile(path) as archive:
+                for member in archive.infolist():
+                    with archive.open(member) as stream:
+                        kinds, _ = self.searcher.search(stream, MAX_INFLATED_BYTES)
+                    # Member names are stored as they are, so the search of the archive's own
+                    # bytes has already judged them; here they only need hiding.
+                    self.note(file, kinds, inside=self.searcher.name(member.filename)[0])
+
+    def root(self, root: Path) -> None:
+        if root.is_file():
+            self.file(root)
+            return
+        for directory, _, names in os.walk(root, onerror=self.unreadable):
+            for name in sorted(names):
+                path = Path(directory, name)
+                if path.is_file():  # follows a symlink to a file; skips sockets, fifos
+                    self.file(path)
+
+    def unreadable(self, error: OSError) -> None:
+        where = Path(error.filename) if error.filename else self.base
+        self.fail(self.name(where)[0], error.strerror or "error")
+
+
+def scan(
+    roots: Iterable[Path],
+    secrets_by_kind: Mapping[SecretKind, Iterable[str]],
+    base: Path,
+) -> ScanReport:
+    """Search every file under ``roots``; paths in the report are relative to ``base``."""
+    searcher = _Searcher(secrets_by_kind)
+    run = _Scan(base, searcher)
+    present: list[Path] = []
+    missing: list[Path] = []
+    for root in roots:
+        (present if root.exists() else missing).append(root)
+        if root.exists():
+            run.root(root)
+    canary_planted = searcher.checked.get("canary", 0) > 0
+    return ScanReport(
+        scanned_at=datetime.now(UTC),
+        roots_scanned=tuple(run.name(root)[0] for root in present),
+        missing_roots=tuple(run.name(root)[0] for root in missing),
+        files_scanned=run.files,
+        bytes_scanned=run.bytes,
+        secrets_checked=searcher.checked,
+        leaks=tuple(run.leaks),
+        canary_planted=canary_planted,
+        canary_hits=tuple(run.canary_hits),
+        failures=tuple(run.failures),
+        clean=not run.leaks and not run.failures and (not canary_planted or bool(run.canary_hits)),
+    )
+
+
+def scan_run(
+    paths: RunPaths,
+    secrets_by_kind: Mapping[SecretKind, Iterable[str]],
+    extra_roots: Iterable[Path] = (),
+) -> ScanReport:
+    """Scan the whole run directory (and any roots kept elsewhere) and write ``scan.json``."""
+    report = scan([paths.run_dir, *extra_roots], secrets_by_kind, base=paths.run_dir)
+    write_model(paths.scan, report)
+    return report

@@ -1,0 +1,242 @@
+"""The lock: every frozen condition of a run, as a person wrote it (TOML on disk).
+
+The lock says what was asked; what was found (artifact digests) lives in the resolution file
+beside it. A relative path in a lock (a ``file:`` package, a task ``path``) is relative to the
+repository root, never to the lock's own directory: a run directory keeps a byte copy of its
+lock, and a resumed run must find the same files. The lock fingerprint is ``sha256:`` + sha256
+of the lock's canonical JSON.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from runner.core.canonical import canonical_json, sha256_digest
+from runner.core.errors import InputError, describe_validation_error
+from runner.core.models import SHA256_PATTERN, FrozenModel, Slug
+
+SCHEMA_VERSION: Literal[1] = 1
+
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")
+_SHA256 = re.compile(SHA256_PATTERN)
+_NPM_NAME = r"^(@[a-z0-9][\w.-]*/)?[a-z0-9][\w.-]*$"
+_NPM = re.compile(r"^npm:(?P<name>(@[a-z0-9][\w.-]*/)?[a-z0-9][\w.-]*)@(?P<version>\d[\w.+-]*)$")
+_GIT = re.compile(r"^git\+(?P<url>(https|ssh|file)://\S+?)#(?P<rev>[0-9a-f]{40})$")
+_FILE = re.compile(r"^file:(?P<path>\S+)$")
+
+
+def _check_source(value: str) -> str:
+    if _NPM.match(value) or _GIT.match(value) or _FILE.match(value):
+        return value
+    raise ValueError(
+        "must be 'npm:NAME@VERSION', 'git+URL#<40-hex commit>' or 'file:PATH' (with sha256)"
+    )
+
+
+PackageSource = Annotated[str, AfterValidator(_check_source)]
+
+
+class PinnedPackage(FrozenModel):
+    """A package from its pinned source; a local tarball must carry its sha256."""
+
+    source: PackageSource
+    sha256: str | None = Field(default=None, pattern=_SHA256.pattern)
+    # The package's own name (its package.json "name"), for a source that does not say it: a
+    # harness registers an extension by the name it is installed under. Resolution checks it.
+    name: str | None = Field(default=None, pattern=_NPM_NAME)
+
+    @model_validator(mode="after")
+    def _tarball_needs_digest(self) -> PinnedPackage:
+        if self.source.startswith("file:") and self.sha256 is None:
+            raise ValueError("a 'file:' source needs its sha256")
+        if self.name is not None and _NPM.match(self.source):
+            raise ValueError("an 'npm:' source names its package itself: drop 'name'")
+        return self
+
+    @property
+    def npm_name(self) -> str | None:
+        """The name on the npm registry (``npm:`` sources only)."""
+        match = _NPM.match(self.source)
+        return match["name"] if match else None
+
+    @property
+    def package_name(self) -> str | None:
+        """The name it is installed under in node_modules, where the lock says it."""
+        return self.npm_name or self.name
+
+    @property
+    def version(self) -> str | None:
+        match = _NPM.match(self.source)
+        return match["version"] if match else None
+
+
+class Guest(FrozenModel):
+    arch: Literal["aarch64", "x86_64"] = "aarch64"
+    suite: Slug = "trixie"
+    mirror: str = Field(pattern=r"^https?://\S+$")
+    cpu_model: str = "cortex-a57"
+    memory_mib: int = Field(ge=512, le=65536)
+    vcpus: int = Field(ge=1, le=64)
+    disk_gib: int = Field(default=12, ge=4, le=512)
+    source_date_epoch: int = Field(ge=0)
+    packages: tuple[Slug, ...] = Field(min_length=1)
+
+    @field_validator("packages")
+    @classmethod
+    def _unique_packages(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        _reject_duplicates(value)
+        return value
+
+
+class Tools(FrozenModel):
+    """Pinned versions of the tools every cell runs on."""
+
+    podman: str
+    node: str
+    bun: str
+    harbor: str
+
+
+class Harness(FrozenModel):
+    """One coding-agent harness: its CLI package, its runtime and any Pi packages on top."""
+
+    id: Slug
+    label: str = Field(min_length=1)
+    agent: Literal["pi", "omp"]
+    runtime: Literal["node", "bun"]
+    package: PinnedPackage
+    extensions: tuple[PinnedPackage, ...] = ()
+
+
+class TaskSource(FrozenModel):
+    """Terminal-Bench tasks in Harbor's format: a git repository at a commit, or a local dir."""
+
+    git: str | None = Field(default=None, pattern=r"^(https|ssh|file)://\S+$")
+    commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{40}$")
+    path: str | None = None
+    subdir: str = ""
+    ids: tuple[Slug, ...] = Field(min_length=1)
+    base_images: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("ids")
+    @classmethod
+    def _unique_ids(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        _reject_duplicates(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TaskSource:
+        if (self.git is None) == (self.path is None):
+            raise ValueError("give either 'git' (with 'commit') or 'path'")
+        if self.git is not None and self.commit is None:
+            raise ValueError("a 'git' task source needs its 'commit'")
+        return self
+
+
+class Model(FrozenModel):
+    """A model endpoint. ``key_env`` is the NAME of the host variable holding the key."""
+
+    id: Slug
+    provider: Slug
+    model: str = Field(min_length=1)
+    thinking: Literal["off", "minimal", "low", "medium", "high", "xhigh"]
+    api: Literal["openai-completions", "openai-responses", "anthropic-messages"]
+    base_url: str = Field(pattern=r"^(https?|scripted)://\S+$")
+    key_env: str
+
+    @field_validator("key_env")
+    @classmethod
+    def _variable_name_not_key(cls, value: str) -> str:
+        # Never echo the value: if it is a key, the error line must not leak it.
+        if not _ENV_NAME.match(value):
+            raise ValueError(
+                "must be the NAME of a host environment variable (A-Z, 0-9, _), "
+                "never the key itself"
+            )
+        return value
+
+    @property
+    def label(self) -> str:
+        return f"{self.provider}/{self.model}"
+
+
+class Lock(FrozenModel):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    name: Slug
+    description: str = ""
+    concurrency: int
+    repeats: int = Field(ge=1, le=100)
+    cell_deadline_seconds: int = Field(ge=1, le=86400)
+    schedule_seed: int = Field(ge=0)
+    guest: Guest
+    tools: Tools
+    harnesses: tuple[Harness, ...] = Field(min_length=1)
+    tasks: TaskSource
+    models: tuple[Model, ...] = Field(min_length=1)
+
+    @field_validator("concurrency")
+    @classmethod
+    def _serial_only(cls, value: int) -> int:
+        if value != 1:
+            raise ValueError(
+                f"must be 1: cells run strictly one at a time so wall times compare (got {value})"
+            )
+        return value
+
+    @field_validator("harnesses", "models")
+    @classmethod
+    def _unique_ids(cls, value: tuple[Harness | Model, ...]) -> tuple[Harness | Model, ...]:
+        _reject_duplicates(tuple(item.id for item in value))
+        return value
+
+    @property
+    def fingerprint(self) -> str:
+        return sha256_digest(canonical_json(self))
+
+    @property
+    def environment_fingerprint(self) -> str:
+        """The part of the lock the provisioned guest is made of (guest, tools, harnesses,
+        tasks): a lab frozen for it can run any lock that shares it, whatever its models,
+        repeats, deadline or seed."""
+        environment = self.model_dump(
+            mode="json", include={"schema_version", "guest", "tools", "harnesses", "tasks"}
+        )
+        return sha256_digest(canonical_json(environment))
+
+    def for_model(self, model_id: str) -> Lock:
+        """The lock narrowed to one model: what one batch of the run is frozen to."""
+        models = tuple(model for model in self.models if model.id == model_id)
+        return self.model_copy(update={"models": models})
+
+
+def _reject_duplicates(values: tuple[str, ...]) -> None:
+    seen: set[str] = set()
+    for value in values:
+        if value in seen:
+            raise ValueError(f"duplicate entry '{value}'")
+        seen.add(value)
+
+
+def load_lock(path: Path) -> Lock:
+    """Read and validate a lock; every problem becomes one ``InputError`` line."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such lock file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise InputError(f"{path}: not valid TOML: {error}") from None
+    try:
+        return Lock.model_validate(data)
+    except ValidationError as error:
+        raise InputError(describe_validation_error(path, error)) from None

@@ -1,0 +1,192 @@
+"""The frozen-state audit: the generated playbook run by ansible-runner, judged from its events.
+
+The guest is reached by Ansible's own SSH client, not by the Paramiko transport that built and
+froze it: the tool that checks is independent of the tool that built. Each audit is one
+ansible-runner private data dir kept as evidence::
+
+    <evidence_dir>/<ident>/
+        project/verify.yml                          the playbook generated from the manifest
+        inventory/hosts.json                        how Ansible reaches the guest (no secrets)
+        artifacts/<ident>/job_events/*.json         every observation and assert, as evidence
+        report.json                                 the VerifyReport built from those events
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+import yaml
+
+from runner.core.files import write_atomic, write_model
+from runner.freeze.manifest import FreezeManifest
+from runner.lab.state import LabState
+from runner.verify.playbook import (
+    ABSENT,
+    CHECK_TASK_PREFIX,
+    HOST_GROUP,
+    TREE_LISTING_TASK,
+    build_playbook,
+)
+from runner.verify.report import Drift, VerifyReport
+
+PLAYBOOK = "verify.yml"
+REPORT = "report.json"
+
+# Ansible settings of the audit: no retry files or colour; one SSH connection reused per audit
+# (pipelining); the guest's Python is known, so no interpreter discovery round trip.
+_ANSIBLE_ENV = {
+    "ANSIBLE_PIPELINING": "True",
+    "ANSIBLE_HOST_KEY_CHECKING": "False",
+    "ANSIBLE_RETRY_FILES_ENABLED": "False",
+    "ANSIBLE_NOCOLOR": "True",
+    "ANSIBLE_LOCALHOST_WARNING": "False",
+    "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
+    # ansible-runner drops an event's result beyond 700,000 characters; a drifted tree's listing
+    # (a digest per file: /opt holds the harness trees, tens of thousands of files) is larger.
+    "MAX_EVENT_RES": str(256 << 20),
+}
+_CHECK_EVENTS = frozenset({"runner_on_ok", "runner_on_failed"})
+
+
+def ssh_host_vars(lab: LabState) -> dict[str, Any]:
+    """Ansible's SSH to the guest: loopback port forward, root, the lab key. The guest's host
+    key is made at its first boot and never pinned, so it is not checked (loopback only)."""
+    return {
+        "ansible_host": lab.ssh_host,
+        "ansible_port": lab.ssh_port,
+        "ansible_user": lab.ssh_user,
+        "ansible_ssh_private_key_file": lab.private_key,
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "ansible_ssh_use_tty": False,  # raw tasks: clean stdout (no CR), no login tty
+        "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+        "-o IdentitiesOnly=yes -o ConnectTimeout=30",
+    }
+
+
+def audit(manifest: FreezeManifest, host_vars: dict[str, Any], evidence_dir: Path) -> VerifyReport:
+    """Run the audit of ``manifest`` against the host ``host_vars`` describe; the report is
+    written into the audit's private data dir even when the audit could not run."""
+    started = time.monotonic()
+    checked_at = datetime.now(UTC)
+    ident = checked_at.strftime("%Y%m%dT%H%M%S%fZ")
+    private = evidence_dir / ident
+    write_atomic(
+        private / "project" / PLAYBOOK,
+        yaml.safe_dump(build_playbook(manifest), sort_keys=False, width=1000).encode(),
+    )
+    inventory = {"all": {"children": {HOST_GROUP: {"hosts": {manifest.lab: host_vars}}}}}
+    write_atomic(private / "inventory" / "hosts.json", json.dumps(inventory, indent=2).encode())
+    result = ansible_runner.run(
+        private_data_dir=str(private),
+        ident=ident,
+        playbook=PLAYBOOK,
+        cmdline="--check",
+        envvars=_ANSIBLE_ENV,
+        quiet=True,
+    )
+    checks, drifts = judge(list(result.events), manifest)
+    if result.status != "successful" and not drifts:
+        drifts.append(Drift(check="ansible:run", expected="successful", found=str(result.status)))
+    report = VerifyReport(
+        lab=manifest.lab,
+        freeze_manifest_sha256=manifest.sha256,
+        checked_at=checked_at,
+        seconds=round(time.monotonic() - started, 3),
+        evidence=str(private),
+        checks=tuple(checks),
+        drifts=tuple(drifts),
+    )
+    write_model(private / REPORT, report)
+    return report
+
+
+def judge(
+    events: Iterable[dict[str, Any]], manifest: FreezeManifest
+) -> tuple[list[str], list[Drift]]:
+    """Checks and drifts from the job events: each ``check <category>`` assert names the keys
+    it compared and those that differ; a task that failed without leave to is a drift of
+    ``ansible:<task>``."""
+    checks: list[str] = []
+    drifts: list[Drift] = []
+    listings: dict[str, str] = {}
+    for event in events:
+        data = event.get("event_data", {})
+        task = str(data.get("task", ""))
+        result = data.get("res", {})
+        kind = event.get("event", "")
+        if kind in _CHECK_EVENTS and task.startswith(CHECK_TASK_PREFIX):
+            category = task.removeprefix(CHECK_TASK_PREFIX)
+            said = _check_message(result)
+            checks.extend(f"{category}:{key}" for key in said["checked"])
+            drifts.extend(
+                Drift(
+                    check=f"{category}:{item['item']}",
+                    expected=str(item["expected"]),
+                    found=str(item["found"]),
+                )
+                for item in said["drifts"]
+            )
+        elif kind == "runner_item_on_ok" and task == TREE_LISTING_TASK and "item" in result:
+            # (without its result the tree's drift stays whole: no per-file detail)
+            listings[str(result["item"])] = str(result.get("stdout", ""))
+        elif kind == "runner_on_unreachable" or (
+            kind == "runner_on_failed" and not data.get("ignore_errors")
+        ):
+            drifts.append(Drift(check=f"ansible:{task}", expected="ok", found=_message(result)))
+    return checks, list(_per_file(drifts, listings, manifest))
+
+
+def _check_message(result: dict[str, Any]) -> dict[str, Any]:
+    try:
+        said = json.loads(str(result.get("msg", "")))
+        if isinstance(said, dict) and {"checked", "drifts"} <= said.keys():
+            return said
+    except ValueError:
+        pass
+    # An assert that could not evaluate (a probe's output was not what it expected).
+    return {
+        "checked": [],
+        "drifts": [{"item": "(evaluation)", "expected": "a verdict", "found": _message(result)}],
+    }
+
+
+def _message(result: dict[str, Any]) -> str:
+    text = str(result.get("msg") or result.get("stderr") or "failed")
+    return " ".join(text.split())[:500]
+
+
+def _per_file(
+    drifts: list[Drift], listings: dict[str, str], manifest: FreezeManifest
+) -> Iterator[Drift]:
+    """A drifted tree becomes one drift per file that differs, when its listing was taken."""
+    for drift in drifts:
+        root = drift.check.removeprefix("tree:")
+        tree = manifest.state.trees.get(root)
+        if not drift.check.startswith("tree:") or root not in listings or tree is None:
+            yield drift
+            continue
+        found = dict(line.split("\t", 1) for line in listings[root].splitlines() if "\t" in line)
+        files = [
+            Drift(
+                check=f"tree:{root}/{path}",
+                expected=tree.files.get(path, ABSENT),
+                found=found.get(path, ABSENT),
+            )
+            for path in sorted(tree.files.keys() | found.keys())
+            if tree.files.get(path) != found.get(path)
+        ]
+        yield from files or [drift]
+
+
+def render_drifts(report: VerifyReport, limit: int = 50) -> str:
+    """One line per drift (check, expected, found), at most ``limit`` lines and a count."""
+    lines = [drift.line for drift in report.drifts[:limit]]
+    if len(report.drifts) > limit:
+        lines.append(f"... and {len(report.drifts) - limit} more drifts (see the JSON report)")
+    return "\n".join(lines)

@@ -1,0 +1,290 @@
+"""The audit playbook, generated from a freeze manifest: observe the guest, assert per category.
+
+Every probe observes one kind of state with the guest's own tools (``dpkg-query``, coreutils
+``sha256sum``/``readlink`` over the pinned files and tree listings, ``pip freeze``, ``podman
+images``, ``ss``) and turns what it saw into a map ``key -> value`` shaped like the manifest's
+expectation; one ``assert`` per category compares every key either map has.
+
+Observations are ``raw`` tasks: one SSH exec each, no Python module. Under TCG a Python module
+(``stat``, ``command``) costs 7-16 s of interpreter start per call in the guest, a ``raw``
+call well under one. The playbook runs in check mode; the read-only observations opt out of
+it (``check_mode: false``, ``changed_when: false``). A tree that drifted is listed again, file
+by file, as evidence for a per-file diff.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from runner.freeze.manifest import FreezeManifest, FreezeScope
+
+ABSENT = "absent"
+NOT_FROZEN = "present, not frozen"
+LISTENING = "listening"
+CHECK_TASK_PREFIX = "check "
+TREE_LISTING_TASK = "list drifted trees"
+HOST_GROUP = "guest"
+# A real TAB inside Jinja string literals (Ansible escapes backslashes in templates).
+TAB = "\t"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One kind of state: the guest command that observes it, the Jinja expression that turns
+    the command's registered result ``<category>_seen`` into a map, and the manifest's map."""
+
+    category: str
+    command: Callable[[FreezeManifest], str]
+    observed: str
+    expected: Callable[[FreezeManifest], dict[str, str]]
+
+    @property
+    def register(self) -> str:
+        return f"{self.category}_seen"
+
+    def observe_task(self, manifest: FreezeManifest) -> dict[str, Any]:
+        return _raw(f"observe {self.category}", self.command(manifest), self.register)
+
+
+def _raw(name: str, command: str, register: str | None = None) -> dict[str, Any]:
+    task: dict[str, Any] = {
+        "name": name,
+        "ansible.builtin.raw": f"set -o pipefail; {command}",
+        "args": {"executable": "/bin/bash"},
+        "changed_when": False,
+        "check_mode": False,
+    }
+    if register:
+        task["register"] = register
+    return task
+
+
+def _lines_to_map(register: str) -> str:
+    """``key<TAB>value`` lines to a map."""
+    return f"{{{{ dict({register}.stdout_lines | map('split', '{TAB}')) }}}}"
+
+
+# dpkg's own view, one "name<TAB>version" line per package it knows; the version carries the
+# status when it is not "ii" (e.g. "1.2-3 [rc]" after a remove that kept the config files).
+_DPKG_QUERY = (
+    "dpkg-query -W -f '${db:Status-Abbrev}\\t${binary:Package}\\t${Version}\\n'"
+    " | awk -F '\\t' '{ s = $1; gsub(/ /, \"\", s); if (s ~ /^u/) next;"
+    ' print $2 "\\t" $3 (s == "ii" ? "" : " [" s "]") }\''
+)
+
+
+_GLOB_CHARS = re.compile(r"([*?\[\]])")
+
+
+def glob_word(pattern: str) -> str:
+    """``pattern`` as one bash word that still globs: literal parts quoted, ``*?[]`` not."""
+    return "".join(
+        part if _GLOB_CHARS.fullmatch(part) else shlex.quote(part)
+        for part in _GLOB_CHARS.split(pattern)
+        if part
+    )
+
+
+def _files_command(manifest: FreezeManifest) -> str:
+    """``path<TAB>entry`` for every frozen file and every current match of the patterns (a
+    match that is a directory is not a file of the freeze)."""
+    frozen = " ".join(shlex.quote(path) for path in sorted(manifest.state.files))
+    listed = f"printf '%s\\n' {frozen}; " if frozen else ""
+    # bash expands the patterns (nullglob: no match, no word).
+    patterns = " ".join(glob_word(pattern) for pattern in manifest.scope.files)
+    return (
+        f"shopt -s nullglob; {{ {listed}for p in {patterns}; do "
+        '[ -d "$p" ] && [ ! -L "$p" ] || printf \'%s\\n\' "$p"; done; } | LC_ALL=C sort -u'
+        " | while IFS= read -r p; do"
+        ' if [ -L "$p" ]; then printf \'%s\\tsymlink:%s\\n\' "$p" "$(readlink "$p")";'
+        ' elif [ -f "$p" ]; then'
+        ' printf \'%s\\tsha256:%s\\n\' "$p" "$(sha256sum < "$p" | cut -c1-64)";'
+        ' elif [ -e "$p" ]; then printf \'%s\\tnot a regular file\\n\' "$p";'
+        f" else printf '%s\\t{ABSENT}\\n' \"$p\"; fi; done"
+    )
+
+
+def tree_listing_command(root: str, scope: FreezeScope) -> str:
+    """The listing of one tree as coreutils see it (the format of freeze_manifest's)."""
+    excluded = " -o ".join(f"-name {shlex.quote(pattern)}" for pattern in scope.tree_excludes)
+    prune = f"\\( {excluded} \\) -prune -o " if excluded else ""
+    quoted = shlex.quote(root)
+    return (
+        f"{{ if [ -d {quoted} ] && [ ! -L {quoted} ]; then cd {quoted} && "
+        f"{{ find . -xdev {prune}-type f -printf '%P\\0' | xargs -0 -r sha256sum"
+        " | sed -E 's/^([0-9a-f]{64})  (.*)$/\\2\\tsha256:\\1/';"
+        f" find . -xdev {prune}-type l -printf '%P\\tsymlink:%l\\n'; }}; fi; }} | LC_ALL=C sort"
+    )
+
+
+def _trees_command(manifest: FreezeManifest) -> str:
+    return "; ".join(
+        f"printf '%s\\tsha256:%s\\n' {shlex.quote(root)} "
+        f'"$({tree_listing_command(root, manifest.scope)} | sha256sum | cut -c1-64)"'
+        for root in manifest.scope.trees
+    )
+
+
+# Every distribution of a venv as ``name==version``, from importlib.metadata (a venv made
+# without pip has no pip to ask); the same lines the freeze collected.
+DISTRIBUTIONS = (
+    "import importlib.metadata as m\n"
+    "print('\\n'.join(sorted(f\"{d.metadata['Name']}=={d.version}\" for d in m.distributions())))"
+)
+
+
+def _venvs_command(manifest: FreezeManifest) -> str:
+    """``<venv>:<distribution><TAB><pip freeze line>`` for each frozen environment."""
+    return "true; " + "".join(
+        f"{shlex.quote(venv)}/bin/python -I -c {shlex.quote(DISTRIBUTIONS)}"
+        f" 2>/dev/null | grep -v '^#' | sed -E 's|^([^=@ ]+).*$|{venv}:\\1\\t&|' || true; "
+        for venv in sorted(manifest.state.venvs)
+    )
+
+
+_DIST_NAME = re.compile(r"^[^=@ ]+")
+
+
+def venv_key(venv: str, line: str) -> str:
+    """``<venv>:<distribution>`` (what the audit's sed keeps of a ``pip freeze`` line)."""
+    match = _DIST_NAME.match(line)
+    return f"{venv}:{match[0] if match else line}"
+
+
+_IMAGES_OBSERVED = (
+    "{%- set out = {} -%}"
+    "{%- for i in podman_seen.stdout | from_json -%}"
+    # .get(): Podman leaves Names (and Digest) out of an untagged image's entry.
+    "{%- set _ = out.update({i.Id: 'digest=' ~ (i.get('Digest') or '') ~ ' names='"
+    " ~ ((i.get('Names') or []) | sort | join(','))}) -%}"
+    "{%- endfor -%}{{ out }}"
+)
+
+
+def image_value(digest: str, names: tuple[str, ...]) -> str:
+    return f"digest={digest} names={','.join(sorted(names))}"
+
+
+# Listening TCP and UDP ports outside the ephemeral range, as "tcp/22<TAB>listening". (awk
+# reads the range itself: dash's `read` takes one byte of a /proc file.)
+_SS_LISTENING = (
+    "ss -Hltnu | awk 'NR == FNR { low = $1 + 0; high = $2 + 0; next }"
+    ' { n = split($5, a, ":"); p = a[n] + 0;'
+    f' if (p < low || p > high) print $1 "/" p "\\t{LISTENING}" }}\''
+    " /proc/sys/net/ipv4/ip_local_port_range - | LC_ALL=C sort -u"
+)
+
+PROBES: tuple[Probe, ...] = (
+    Probe(
+        "kernel",
+        lambda m: "printf 'release\\t%s\\n' \"$(uname -r)\"",
+        _lines_to_map("kernel_seen"),
+        lambda m: {"release": m.state.kernel},
+    ),
+    Probe(
+        "dpkg", lambda m: _DPKG_QUERY, _lines_to_map("dpkg_seen"), lambda m: dict(m.state.packages)
+    ),
+    Probe("file", _files_command, _lines_to_map("file_seen"), lambda m: dict(m.state.files)),
+    Probe(
+        "tree",
+        _trees_command,
+        _lines_to_map("tree_seen"),
+        lambda m: {root: tree.listing_sha256 for root, tree in m.state.trees.items()},
+    ),
+    Probe(
+        "venv",
+        _venvs_command,
+        _lines_to_map("venv_seen"),
+        lambda m: {
+            venv_key(venv, line): line
+            for venv, lines in m.state.venvs.items()
+            for line in lines
+            if not line.startswith("#")
+        },
+    ),
+    Probe(
+        "podman",
+        lambda m: (
+            "if command -v podman >/dev/null; "
+            "then podman images --digests --format json; else echo '[]'; fi"
+        ),
+        _IMAGES_OBSERVED,
+        lambda m: {image.id: image_value(image.digest, image.names) for image in m.state.images},
+    ),
+    Probe(
+        "listen",
+        lambda m: _SS_LISTENING,
+        _lines_to_map("listen_seen"),
+        lambda m: {socket.label: LISTENING for socket in m.state.listening},
+    ),
+)
+
+
+def _tree_listing_task(manifest: FreezeManifest) -> dict[str, Any]:
+    commands = {root: tree_listing_command(root, manifest.scope) for root in manifest.scope.trees}
+    task = _raw(TREE_LISTING_TASK, "{{ commands[item] }}")
+    task.update(
+        {
+            "vars": {"commands": commands},
+            "loop": list(manifest.scope.trees),
+            "when": "observed.tree.get(item) != expected.tree.get(item)",
+        }
+    )
+    return task
+
+
+def _check_task(probe: Probe) -> dict[str, Any]:
+    """One assert over every key either map has; its message (on success too) is JSON
+    ``{"checked": [keys], "drifts": [{"item", "expected", "found"}]}``. One task rather than
+    a loop: a loop item costs ~17 ms of Ansible's time, and dpkg alone has hundreds of keys."""
+    expected, observed = f"expected[{probe.category!r}]", f"observed[{probe.category!r}]"
+    drifts = (
+        "{%- set out = [] -%}{%- for key in check_keys -%}"
+        f"{{%- set e = {expected}.get(key, {ABSENT!r}) -%}}"
+        f"{{%- set f = {observed}.get(key, {ABSENT!r}) -%}}"
+        "{%- if e != f -%}{%- set _ = out.append({'item': key, 'expected': e, 'found': f}) -%}"
+        "{%- endif -%}{%- endfor -%}{{ out }}"
+    )
+    message = "{{ {'checked': check_keys, 'drifts': check_drifts} | to_json }}"
+    return {
+        "name": f"{CHECK_TASK_PREFIX}{probe.category}",
+        "ansible.builtin.assert": {
+            "that": "check_drifts | length == 0",
+            "fail_msg": message,
+            "success_msg": message,
+        },
+        "vars": {
+            "check_keys": f"{{{{ {expected}.keys() | union({observed}.keys()) | sort }}}}",
+            "check_drifts": drifts,
+        },
+        "ignore_errors": True,
+    }
+
+
+def build_playbook(manifest: FreezeManifest) -> list[dict[str, Any]]:
+    """One play against the guest: observe everything, gather the maps, list drifted trees,
+    assert per category."""
+    gather = {
+        "name": "gather what was observed",
+        "ansible.builtin.set_fact": {
+            "observed": {probe.category: probe.observed for probe in PROBES},
+        },
+    }
+    return [
+        {
+            "name": f"audit the frozen state (manifest {manifest.sha256})",
+            "hosts": HOST_GROUP,
+            "gather_facts": False,
+            "vars": {"expected": {probe.category: probe.expected(manifest) for probe in PROBES}},
+            "tasks": [
+                *(probe.observe_task(manifest) for probe in PROBES),
+                gather,
+                _tree_listing_task(manifest),
+                *(_check_task(probe) for probe in PROBES),
+            ],
+        }
+    ]

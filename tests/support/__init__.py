@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: fixtures, factories and fakes (no test module imports another)."""
