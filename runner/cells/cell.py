@@ -19,7 +19,7 @@ from runner.cells.accounting import count_logical_attempts_in, reconcile
 from runner.cells.classify import classify
 from runner.core.canonical import file_digest
 from runner.guest.agent_plan import CONTAINER
-from runner.lab.layout import DOCKER_HOST, GUEST
+from runner.lab.layout import DOCKER_HOST, GUEST, GUEST_PROXY_URL
 from runner.lab.transport import GuestTransport
 from runner.provider.script import script_for
 from runner.proxy import CredentialProxy
@@ -28,9 +28,6 @@ from runner.records.paths import RunPaths
 from runner.records.schedule import Cell
 from runner.spec.lock import Lock, Model
 
-# QEMU's user-mode network forwards this guest address to the host proxy's loopback port
-# (the lab's guestfwd); it exists only inside QEMU, no host traffic leaves loopback.
-PROXY_URL_IN_GUEST = "http://10.0.2.100:8080"
 CELL_PGID_FILE = "/run/bench-cell.pgid"
 AGENT_CLASSES = {
     "pi": "runner.guest.harbor_agents:PiAgent",
@@ -88,7 +85,7 @@ class CellRunner:
         environment = {
             "DOCKER_HOST": DOCKER_HOST,
             "BENCH_PROXY_BEARER": bearer,
-            "BENCH_PROXY_BASE_URL": PROXY_URL_IN_GUEST,
+            "BENCH_PROXY_BASE_URL": GUEST_PROXY_URL,
         }
         trials = str(GUEST.trials(cell.id))
         arguments = [
