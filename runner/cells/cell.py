@@ -130,7 +130,7 @@ class CellRunner:
                 self.reset_guest()
         with timer.phase("bearer"):
             script = None
-            if model.base_url.startswith("scripted://"):
+            if model.is_scripted:
                 script = script_for(model.model, self.task_source_dir(cell.task))
             bearer = self.proxy.open_cell(cell.id, model, deadline_at, script=script)
         remaining = self.lock.cell_deadline_seconds - (time.monotonic() - started)

@@ -50,7 +50,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-SCRIPTED_SCHEME = "scripted://"
 MAX_REQUEST_BYTES = 64 * 1024 * 1024  # a long agent context, sent whole with every request
 
 # Never forwarded upstream: the client's credentials, hop-by-hop headers, and what aiohttp sets.
@@ -261,7 +260,7 @@ class CredentialProxy:
             raise RunnerError(f"proxy: cell {self._cell.cell_id} is still open")
         if deadline.tzinfo is None:
             raise RunnerError("proxy: a cell deadline needs a time zone")
-        scripted = model.base_url.startswith(SCRIPTED_SCHEME)
+        scripted = model.is_scripted
         key = self._key_source.get(model.key_env, "")
         if not key and not scripted:
             raise RunnerError(f"environment variable {model.key_env} (key of {model.id}) is unset")
@@ -319,7 +318,7 @@ class CredentialProxy:
             values = [value for usage in reported if (value := getattr(usage, name)) is not None]
             return sum(values) if values else None
 
-        scripted = cell.model.base_url.startswith(SCRIPTED_SCHEME)
+        scripted = cell.model.is_scripted
         return ProxyCellCounts(
             cell_id=cell.cell_id,
             model=cell.model.id,

@@ -202,7 +202,7 @@ def batch_receipt(
 
 
 def identities(lock: Lock, schedule: Schedule) -> Identities:
-    scripted = any(model.base_url.startswith("scripted://") for model in lock.models)
+    scripted = any(model.is_scripted for model in lock.models)
     return Identities(
         lock_name=lock.name,
         lock_fingerprint=lock.fingerprint,
