@@ -23,7 +23,14 @@ from runner.lab.layout import DOCKER_HOST, GUEST, GUEST_PROXY_URL
 from runner.lab.transport import GuestTransport
 from runner.provider.script import script_for
 from runner.proxy import CredentialProxy
-from runner.records.ledger import Artifact, Ledger, LedgerLine, cell_coordinates, now
+from runner.records.ledger import (
+    Artifact,
+    Ledger,
+    LedgerLine,
+    cell_coordinates,
+    now,
+    unattributed_provider_post_requests,
+)
 from runner.records.paths import RunPaths
 from runner.records.schedule import Cell
 from runner.spec.lock import Lock, Model
@@ -169,7 +176,9 @@ class CellRunner:
             provider_tokens=counts.total_tokens,
             physical_posts=counts.physical_posts,
             logical_attempts=logical_attempts,
-            unattributedProviderPostRequests=max(0, counts.physical_posts - logical_attempts),
+            unattributedProviderPostRequests=unattributed_provider_post_requests(
+                counts.physical_posts, logical_attempts
+            ),
             artifacts=artifacts,
             phase_seconds=timer.seconds,
         )

@@ -54,8 +54,8 @@ class LedgerLine(FrozenModel):
     phase_seconds: dict[str, float] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _surplus_matches_counts(self) -> LedgerLine:
-        expected = max(0, self.physical_posts - self.logical_attempts)
+    def _unattributed_matches_counts(self) -> LedgerLine:
+        expected = unattributed_provider_post_requests(self.physical_posts, self.logical_attempts)
         if self.unattributed_provider_post_requests != expected:
             raise ValueError(
                 f"unattributedProviderPostRequests must be physical_posts - logical_attempts "
@@ -90,7 +90,10 @@ def cell_coordinates(cell: Cell) -> CellCoordinates:
     }
 
 
-def surplus_posts(physical_posts: int, logical_attempts: int) -> int:
+def unattributed_provider_post_requests(physical_posts: int, logical_attempts: int) -> int:
+    """Physical POSTs beyond the logical attempts (client retries, requests of the harness's
+    own): the one place this count is made; fewer POSTs than attempts are lost evidence, not a
+    negative count."""
     return max(0, physical_posts - logical_attempts)
 
 
