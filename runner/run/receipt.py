@@ -46,7 +46,9 @@ class Totals(FrozenModel):
     logical_attempts: int
     # The receipt's key for it stays ``extra_posts`` (the receipt's published format).
     unattributed_provider_post_requests: int = Field(
-        alias="extra_posts", description="sum of the ledger's unattributedProviderPostRequests"
+        serialization_alias="extra_posts",
+        validation_alias="extra_posts",
+        description="sum of the ledger's unattributedProviderPostRequests",
     )
 
     def value(self, metric: Metric) -> float | None:
