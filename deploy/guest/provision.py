@@ -25,7 +25,7 @@ from runner.core.errors import RunnerError
 from runner.core.roots import REPO_ROOT
 from runner.lab.layout import AGENT_USER, ARTIFACTS_MOUNT_TAG, GUEST
 from runner.spec.lock import Lock, TaskSource
-from runner.spec.resolution import Artifact, Resolution, load_resolution, resolution_path
+from runner.spec.resolution import PinnedArtifact, Resolution, load_resolution, resolution_path
 
 # Mount options exactly as /proc/self/mountinfo shows them (pyinfra's server.mount compares
 # them); fstab has the same. msize: 512000 is virtio-9p's largest. cache=0xf is cache=loose as the
@@ -100,11 +100,11 @@ class GuestPlan:
     task_images: tuple[TaskImage, ...]
 
 
-def _blob(artifact: Artifact) -> str:
+def _blob(artifact: PinnedArtifact) -> str:
     return str(GUEST.blob(artifact.sha256))
 
 
-def _one(resolution: Resolution, kind: str) -> Artifact:
+def _one(resolution: Resolution, kind: str) -> PinnedArtifact:
     found = [artifact for artifact in resolution.artifacts if artifact.kind == kind]
     if len(found) != 1:
         raise RunnerError(f"resolution: expected one {kind} artifact, found {len(found)}")

@@ -24,9 +24,9 @@ from runner.lab.transport import GuestTransport
 from runner.provider.script import script_for
 from runner.proxy import CredentialProxy
 from runner.records.ledger import (
-    Artifact,
     Ledger,
     LedgerLine,
+    RetainedFile,
     cell_coordinates,
     now,
     unattributed_provider_post_requests,
@@ -185,12 +185,12 @@ class CellRunner:
         ledger.finish(line)
         return line
 
-    def artifacts(self, trial_root: Path, cell: Cell) -> tuple[Artifact, ...]:
+    def artifacts(self, trial_root: Path, cell: Cell) -> tuple[RetainedFile, ...]:
         """Every retained file of the cell, with its digest: the trial tree and proxy counts."""
         files = [path for path in sorted(trial_root.rglob("*")) if path.is_file()]
         files.append(self.paths.proxy_counts(cell.id))
         return tuple(
-            Artifact(path=str(path.relative_to(self.paths.run_dir)), sha256=file_digest(path))
+            RetainedFile(path=str(path.relative_to(self.paths.run_dir)), sha256=file_digest(path))
             for path in files
         )
 

@@ -23,7 +23,9 @@ from runner.records.schedule import Cell
 Outcome = Literal["pass", "fail", "indeterminate"]
 
 
-class Artifact(FrozenModel):
+class RetainedFile(FrozenModel):
+    """A file a cell left in the run directory (trial tree, proxy counts), with its digest."""
+
     path: str  # relative to the run directory
     sha256: Sha256
 
@@ -48,7 +50,7 @@ class LedgerLine(FrozenModel):
     physical_posts: int = Field(ge=0)
     logical_attempts: int = Field(ge=0)
     unattributed_provider_post_requests: int = Field(ge=0, alias="unattributedProviderPostRequests")
-    artifacts: tuple[Artifact, ...] = ()
+    artifacts: tuple[RetainedFile, ...] = ()
     # Seconds per phase of the cell (reset, bearer, harbor, copy_back, ..., agent, verifier):
     # what lies outside the agent and the verifier is the runner's overhead.
     phase_seconds: dict[str, float] = Field(default_factory=dict)
