@@ -15,15 +15,13 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Literal
 
-from runner.lab.layout import ARTIFACTS_MOUNT_TAG
+from runner.lab.layout import ARTIFACTS_MOUNT_TAG, GUEST_PROXY_ADDRESS
 from runner.lab.libvirt import LAB_NAMESPACE, LAB_NAMESPACE_PREFIX
 
 QEMU_NAMESPACE = "http://libvirt.org/schemas/domain/qemu/1.0"
 ET.register_namespace("qemu", QEMU_NAMESPACE)
 ET.register_namespace(LAB_NAMESPACE_PREFIX, LAB_NAMESPACE)
 
-# Guest address (inside QEMU's user-mode network only) that reaches the host's model proxy.
-GUEST_PROXY_ADDRESS = "10.0.2.100:8080"
 PROXY_RELAY = "socat -"  # QEMU runs it per guest connection to the proxy, stdio is the guest side
 
 GuestArch = Literal["aarch64", "x86_64"]

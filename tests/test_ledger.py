@@ -25,7 +25,7 @@ def test_append_and_reload(seed_lock_path, tmp_path) -> None:
     assert ledger.lines() == [first]
 
 
-def test_surplus_must_match_counts(seed_lock_path, tmp_path) -> None:
+def test_unattributed_posts_must_match_counts(seed_lock_path, tmp_path) -> None:
     _, schedule = new_run_dir(seed_lock_path, tmp_path / "run")
     good = line_for(schedule.cells[0], posts=5, attempts=3)
     assert good.unattributed_provider_post_requests == 2

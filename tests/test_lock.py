@@ -95,3 +95,11 @@ def test_environment_fingerprint_ignores_what_the_guest_is_not_made_of(
     assert load_lock(changed).environment_fingerprint == base.environment_fingerprint
     changed.write_text(text.replace('bun = "1.3.14"', 'bun = "1.3.15"'))
     assert load_lock(changed).environment_fingerprint != base.environment_fingerprint
+
+
+def test_only_a_scripted_base_url_is_the_scripted_provider(seed_lock_path: Path) -> None:
+    real = load_lock(seed_lock_path).models[0]
+    assert not real.is_scripted
+    assert real.model_copy(update={"base_url": "scripted://local"}).is_scripted
+    # The scheme, not a mention of it, decides.
+    assert not real.model_copy(update={"base_url": "https://scripted.example/"}).is_scripted

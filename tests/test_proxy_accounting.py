@@ -50,12 +50,12 @@ def test_only_assistant_message_ends_are_logical_attempts() -> None:
     assert (result.logical_attempts, result.unparsed_lines) == (2, 0)
 
 
-def test_equal_counts_reconcile_with_no_surplus() -> None:
+def test_equal_counts_reconcile_with_no_unattributed_posts() -> None:
     result = reconcile(count_logical_attempts(PI_LOG), counts(2, provider=2))
     assert result.reconciled and result.unattributed_provider_post_requests == 0
 
 
-def test_client_retries_are_surplus_posts_not_hidden() -> None:
+def test_client_retries_are_unattributed_posts_not_hidden() -> None:
     result = reconcile(count_logical_attempts(PI_LOG), counts(5))
     assert result.reconciled
     assert result.unattributed_provider_post_requests == 3

@@ -3,10 +3,12 @@ derive the published comparisons from it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from runner.core.canonical import canonical_json
 from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
 from runner.records.schedule import Schedule
@@ -70,7 +72,17 @@ def test_totals_match_published(reference_receipt: Receipt) -> None:
     assert glm.status == "completed_with_indeterminate"
     assert luna.status == "completed"
     assert reference_receipt.status == "completed_with_indeterminate"
-    assert {g.key: g.totals.extra_posts for g in luna.harnesses}["omp"] == 18
+    assert {g.key: g.totals.unattributed_provider_post_requests for g in luna.harnesses}[
+        "omp"
+    ] == 18
+
+
+def test_receipt_file_keeps_its_extra_posts_key(reference_receipt: Receipt) -> None:
+    written = canonical_json(reference_receipt)
+    luna = json.loads(written)["batches"][1]
+    omp = next(group for group in luna["harnesses"] if group["key"] == "omp")
+    assert omp["totals"]["extra_posts"] == 18
+    assert Receipt.model_validate_json(written) == reference_receipt
 
 
 def test_published_comparisons(reference_receipt: Receipt) -> None:

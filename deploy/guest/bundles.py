@@ -25,7 +25,7 @@ from runner.cache.store import ArtifactStore
 from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.errors import RunnerError
 from runner.spec.platform import GuestPlatform
-from runner.spec.resolution import TARBALLS_DIR, Artifact, HarnessTree, Resolution
+from runner.spec.resolution import TARBALLS_DIR, HarnessTree, PinnedArtifact, Resolution
 
 # Bump when a bundle's recipe changes, so cached bundles are not taken for the new recipe.
 BUNDLE_RECIPE = 2
@@ -82,7 +82,7 @@ def _remember_bundle(paths: CachePaths, key: str, digest: str) -> None:
     index.write_text(digest + "\n")
 
 
-def runtime_bundle(store: ArtifactStore, paths: CachePaths, artifact: Artifact) -> str:
+def runtime_bundle(store: ArtifactStore, paths: CachePaths, artifact: PinnedArtifact) -> str:
     """A runtime's npm tarball (``package/bin/node``) as an uncompressed tar of its ``bin/`` and
     top-level files, without the ``package/`` level: under TCG, gunzip of Node's 50 MB took the
     guest minutes."""

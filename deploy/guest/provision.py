@@ -25,7 +25,7 @@ from runner.core.errors import RunnerError
 from runner.core.roots import REPO_ROOT
 from runner.lab.layout import AGENT_USER, ARTIFACTS_MOUNT_TAG, GUEST
 from runner.spec.lock import Lock, TaskSource
-from runner.spec.resolution import Artifact, Resolution, load_resolution, resolution_path
+from runner.spec.resolution import PinnedArtifact, Resolution, load_resolution, resolution_path
 
 # Mount options exactly as /proc/self/mountinfo shows them (pyinfra's server.mount compares
 # them); fstab has the same. msize: 512000 is virtio-9p's largest. cache=0xf is cache=loose as the
@@ -100,11 +100,11 @@ class GuestPlan:
     task_images: tuple[TaskImage, ...]
 
 
-def _blob(artifact: Artifact) -> str:
+def _blob(artifact: PinnedArtifact) -> str:
     return str(GUEST.blob(artifact.sha256))
 
 
-def _one(resolution: Resolution, kind: str) -> Artifact:
+def _one(resolution: Resolution, kind: str) -> PinnedArtifact:
     found = [artifact for artifact in resolution.artifacts if artifact.kind == kind]
     if len(found) != 1:
         raise RunnerError(f"resolution: expected one {kind} artifact, found {len(found)}")
@@ -130,30 +130,68 @@ def _task_root(tasks: TaskSource, paths: CachePaths) -> Path:
 
 def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
     """Check the resolution against the store, build the bundles, and say what goes where."""
-    resolution = load_resolution(resolution_path(lock_path, lock), lock)
     paths = CachePaths.default()
     store = ArtifactStore(paths)
-    missing = [a.filename for a in resolution.artifacts if not store.has(a.sha256)]
-    if missing:
-        raise RunnerError(
-            f"{len(missing)} artifacts of the resolution are not in the store "
-            f"(first: {missing[0]}): run 'runner resolve {lock_path}'"
-        )
+    resolution = _stored_resolution(lock, lock_path, store)
     node = runtime_bundle(store, paths, _one(resolution, "node-binary"))
     bun = runtime_bundle(store, paths, _one(resolution, "bun-binary"))
     runtimes = (
         Bundle("node", node, str(GUEST.node_dir), "bin/node"),
         Bundle("bun", bun, str(GUEST.bun_dir), "bin/bun"),
     )
+    trees = _harness_tree_bundles(lock, resolution, store, paths)
+    wheels = tuple((a.filename, _blob(a)) for a in resolution.artifacts if a.kind == "wheel")
+    tasks = _task_bundles(lock.tasks, store, paths)
+    image_inputs = _image_inputs(lock, resolution)
+    return GuestPlan(
+        debs=tuple(
+            guest.DebFile(a.name, a.version, _blob(a))
+            for a in resolution.artifacts
+            if a.kind == "deb"
+        ),
+        runtimes=runtimes,
+        container_runtimes=_container_runtimes(lock, node, bun),
+        harness_trees=trees,
+        harbor_requirement=f"harbor=={lock.tools.harbor}",
+        wheels=wheels,
+        wheels_digest=sha256_digest(canonical_json(sorted(wheels))),
+        runner_package=_runner_package(store),
+        tasks=tasks,
+        base_images=_base_images(lock),
+        image_inputs=image_inputs,
+        task_images=_task_images(lock.tasks.ids, tasks, image_inputs),
+    )
+
+
+def _stored_resolution(lock: Lock, lock_path: Path, store: ArtifactStore) -> Resolution:
+    """The lock's resolution, refused unless every artifact it pins is in the store."""
+    resolution = load_resolution(resolution_path(lock_path, lock), lock)
+    missing = [a.filename for a in resolution.artifacts if not store.has(a.sha256)]
+    if missing:
+        raise RunnerError(
+            f"{len(missing)} artifacts of the resolution are not in the store "
+            f"(first: {missing[0]}): run 'runner resolve {lock_path}'"
+        )
+    return resolution
+
+
+def _container_runtimes(lock: Lock, node: str, bun: str) -> tuple[Bundle, ...]:
+    """The runtime bundles again, unpacked where task containers get them bound."""
     artifacts = GUEST.container_artifacts
-    container_runtimes = (
+    return (
         Bundle(
             "node-container", node, str(artifacts.runtime_dir("node", lock.tools.node)), "bin/node"
         ),
         Bundle("bun-container", bun, str(artifacts.runtime_dir("bun", lock.tools.bun)), "bin/bun"),
     )
+
+
+def _harness_tree_bundles(
+    lock: Lock, resolution: Resolution, store: ArtifactStore, paths: CachePaths
+) -> tuple[Bundle, ...]:
+    """Each harness's installed npm tree, proven unpacked by its agent's command."""
     agents = {harness.id: harness.agent for harness in lock.harnesses}
-    trees = tuple(
+    return tuple(
         Bundle(
             f"harness-{tree.harness}",
             harness_tree_bundle(store, paths, resolution, tree),
@@ -162,9 +200,12 @@ def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
         )
         for tree in resolution.harness_trees
     )
-    wheels = tuple((a.filename, _blob(a)) for a in resolution.artifacts if a.kind == "wheel")
-    task_root = _task_root(lock.tasks, paths)
-    tasks = tuple(
+
+
+def _task_bundles(tasks: TaskSource, store: ArtifactStore, paths: CachePaths) -> tuple[Bundle, ...]:
+    """The lock's Harbor task dirs, each packed from the task source."""
+    task_root = _task_root(tasks, paths)
+    return tuple(
         Bundle(
             f"task-{task}",
             pack_directory(store, task_root / task, task),
@@ -172,18 +213,31 @@ def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
             "task.toml",
             strip_components=1,
         )
-        for task in lock.tasks.ids
+        for task in tasks.ids
     )
-    runner_package = Bundle(
+
+
+def _runner_package(store: ArtifactStore) -> Bundle:
+    """This repository's runner package, which Harbor in the guest imports the agents from."""
+    return Bundle(
         "runner-package",
         pack_directory(store, REPO_ROOT / "runner", "runner"),
         str(GUEST.python_path),
         "runner/guest/harbor_agents.py",
     )
+
+
+def _base_images(lock: Lock) -> dict[str, tuple[str, ...]]:
+    """Each local base image with the FROM names the tasks' Dockerfiles give it."""
     images: dict[str, list[str]] = {}
     for from_name, image in lock.tasks.base_images.items():
         images.setdefault(image, []).append(from_name)
-    image_inputs = sha256_digest(
+    return {image: tuple(names) for image, names in images.items()}
+
+
+def _image_inputs(lock: Lock, resolution: Resolution) -> str:
+    """The digest of what the local base image is made of: a change rebuilds it."""
+    return sha256_digest(
         canonical_json(
             {
                 "rootfs": _rootfs_tar(),
@@ -192,30 +246,19 @@ def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
             }
         )
     )
-    return GuestPlan(
-        debs=tuple(
-            guest.DebFile(a.name, a.version, _blob(a))
-            for a in resolution.artifacts
-            if a.kind == "deb"
-        ),
-        runtimes=runtimes,
-        container_runtimes=container_runtimes,
-        harness_trees=trees,
-        harbor_requirement=f"harbor=={lock.tools.harbor}",
-        wheels=wheels,
-        wheels_digest=sha256_digest(canonical_json(sorted(wheels))),
-        runner_package=runner_package,
-        tasks=tasks,
-        base_images={image: tuple(names) for image, names in images.items()},
-        image_inputs=image_inputs,
-        task_images=tuple(
-            TaskImage(
-                image=GUEST.task_image(task_id),
-                context=f"{task.dest}/environment",
-                digest=sha256_digest(canonical_json([task.digest, image_inputs])),
-            )
-            for task_id, task in zip(lock.tasks.ids, tasks, strict=True)
-        ),
+
+
+def _task_images(
+    task_ids: tuple[str, ...], tasks: tuple[Bundle, ...], image_inputs: str
+) -> tuple[TaskImage, ...]:
+    """One image per task, rebuilt when its bundle or the base image's inputs change."""
+    return tuple(
+        TaskImage(
+            image=GUEST.task_image(task_id),
+            context=f"{task.dest}/environment",
+            digest=sha256_digest(canonical_json([task.digest, image_inputs])),
+        )
+        for task_id, task in zip(task_ids, tasks, strict=True)
     )
 
 
@@ -233,6 +276,30 @@ def _unpacked(name: str, bundle: Bundle) -> None:
 
 @deploy("Guest provisioning")
 def guest_provisioning(plan: GuestPlan) -> None:
+    # The steps are plain functions, not nested deploys: a nested deploy would put its own name
+    # before its operations' names, and the idempotence checks compare those names.
+    _artifact_store_mounted()
+    guest.debs_installed(name="Debian packages of the resolution", debs=plan.debs)
+    _podman_served()
+    server.user(
+        name=f"Unprivileged agent user {AGENT_USER}",
+        user=AGENT_USER,
+        shell="/bin/bash",
+        create_home=True,
+    )
+    for runtime in (*plan.runtimes, *plan.container_runtimes):
+        _unpacked(f"{runtime.unit} in {runtime.dest}", runtime)
+    for tree in plan.harness_trees:
+        _unpacked(f"Harness tree {tree.dest}", tree)
+    _harbor_installed(plan)
+    for task in plan.tasks:
+        _unpacked(f"Task {task.dest}", task)
+    files.directory(name="Harbor trial dirs", path=str(GUEST.trials_dir))
+    _images_built(plan)
+
+
+def _artifact_store_mounted() -> None:
+    """The host's artifact store, read-only over 9p, now and at every boot."""
     mount = str(GUEST.artifacts_mount)
     files.directory(name="Mount point of the artifact store", path=mount)
     files.line(
@@ -248,7 +315,10 @@ def guest_provisioning(plan: GuestPlan) -> None:
         fs_type="9p",
         options=list(MOUNT_OPTIONS),
     )
-    guest.debs_installed(name="Debian packages of the resolution", debs=plan.debs)
+
+
+def _podman_served() -> None:
+    """Podman's Docker-compatible socket, configured for a guest without D-Bus, for Harbor."""
     files.file(name="Podman's docker command without its notice", path="/etc/containers/nodocker")
     podman_config = files.put(
         name="Podman manages cgroups itself (no D-Bus in the guest for systemd's manager)",
@@ -270,16 +340,10 @@ def guest_provisioning(plan: GuestPlan) -> None:
         running=True,
         enabled=True,
     )
-    server.user(
-        name=f"Unprivileged agent user {AGENT_USER}",
-        user=AGENT_USER,
-        shell="/bin/bash",
-        create_home=True,
-    )
-    for runtime in (*plan.runtimes, *plan.container_runtimes):
-        _unpacked(f"{runtime.unit} in {runtime.dest}", runtime)
-    for tree in plan.harness_trees:
-        _unpacked(f"Harness tree {tree.dest}", tree)
+
+
+def _harbor_installed(plan: GuestPlan) -> None:
+    """Harbor's venv from the stored wheels, with the runner package (the agents) on its path."""
     guest.harbor_venv(
         name=f"Harbor ({plan.harbor_requirement}) in {GUEST.harbor_venv}",
         venv=str(GUEST.harbor_venv),
@@ -293,9 +357,10 @@ def guest_provisioning(plan: GuestPlan) -> None:
         src=io.StringIO(f"{GUEST.python_path}\n"),
         dest=str(GUEST.site_packages / "bench-runner.pth"),
     )
-    for task in plan.tasks:
-        _unpacked(f"Task {task.dest}", task)
-    files.directory(name="Harbor trial dirs", path=str(GUEST.trials_dir))
+
+
+def _images_built(plan: GuestPlan) -> None:
+    """The local base images from the guest's own userland, then every task's image on them."""
     for image, aliases in plan.base_images.items():
         guest.base_image(
             name=f"Local base image {image} (as {', '.join(aliases)})",

@@ -34,7 +34,7 @@ from runner.cache.store import ArtifactStore
 from runner.core.errors import RunnerError
 from runner.spec.lock import Lock
 from runner.spec.platform import GuestPlatform
-from runner.spec.resolution import Artifact, HarnessTree, Resolution, ResolverTools
+from runner.spec.resolution import HarnessTree, PinnedArtifact, Resolution, ResolverTools
 
 Section = Literal["debs", "wheels", "tools", "harnesses"]
 ALL_SECTIONS: frozenset[Section] = frozenset(("debs", "wheels", "tools", "harnesses"))
@@ -135,14 +135,14 @@ async def _plan_debs_and_wheels(
     return plan
 
 
-def _artifacts(planned: list[Planned], report: FetchReport) -> tuple[Artifact, ...]:
+def _artifacts(planned: list[Planned], report: FetchReport) -> tuple[PinnedArtifact, ...]:
     """One artifact per file, naming every harness whose tree holds it."""
-    by_url: dict[str, Artifact] = {}
+    by_url: dict[str, PinnedArtifact] = {}
     for item in planned:
         fetched = report.fetched[item.wanted.url]
         known = by_url.get(item.wanted.url)
         harnesses = set(item.harnesses) | set(known.harnesses if known else ())
-        by_url[item.wanted.url] = Artifact(
+        by_url[item.wanted.url] = PinnedArtifact(
             kind=item.kind,
             name=item.name,
             version=item.version,

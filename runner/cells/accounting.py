@@ -18,7 +18,7 @@ from pydantic import ConfigDict, Field
 
 from runner.core.models import FrozenModel
 from runner.proxy.models import ProxyCellCounts
-from runner.records.ledger import surplus_posts
+from runner.records.ledger import unattributed_provider_post_requests
 
 
 class EventLogCount(FrozenModel):
@@ -93,7 +93,7 @@ def reconcile(events: EventLogCount, proxy: ProxyCellCounts) -> Reconciliation:
         physical_posts=proxy.physical_posts,
         rejected_requests=proxy.rejected_requests,
         provider_posts_received=proxy.provider_posts_received,
-        unattributedProviderPostRequests=surplus_posts(
+        unattributedProviderPostRequests=unattributed_provider_post_requests(
             proxy.physical_posts, events.logical_attempts
         ),
         problems=tuple(problems),

@@ -19,18 +19,22 @@ from runner.cells.accounting import count_logical_attempts_in, reconcile
 from runner.cells.classify import classify
 from runner.core.canonical import file_digest
 from runner.guest.agent_plan import CONTAINER
-from runner.lab.layout import DOCKER_HOST, GUEST
+from runner.lab.layout import DOCKER_HOST, GUEST, GUEST_PROXY_URL
 from runner.lab.transport import GuestTransport
 from runner.provider.script import script_for
 from runner.proxy import CredentialProxy
-from runner.records.ledger import Artifact, Ledger, LedgerLine, cell_coordinates, now
+from runner.records.ledger import (
+    Ledger,
+    LedgerLine,
+    RetainedFile,
+    cell_coordinates,
+    now,
+    unattributed_provider_post_requests,
+)
 from runner.records.paths import RunPaths
 from runner.records.schedule import Cell
 from runner.spec.lock import Lock, Model
 
-# QEMU's user-mode network forwards this guest address to the host proxy's loopback port
-# (the lab's guestfwd); it exists only inside QEMU, no host traffic leaves loopback.
-PROXY_URL_IN_GUEST = "http://10.0.2.100:8080"
 CELL_PGID_FILE = "/run/bench-cell.pgid"
 AGENT_CLASSES = {
     "pi": "runner.guest.harbor_agents:PiAgent",
@@ -88,7 +92,7 @@ class CellRunner:
         environment = {
             "DOCKER_HOST": DOCKER_HOST,
             "BENCH_PROXY_BEARER": bearer,
-            "BENCH_PROXY_BASE_URL": PROXY_URL_IN_GUEST,
+            "BENCH_PROXY_BASE_URL": GUEST_PROXY_URL,
         }
         trials = str(GUEST.trials(cell.id))
         arguments = [
@@ -133,7 +137,7 @@ class CellRunner:
                 self.reset_guest()
         with timer.phase("bearer"):
             script = None
-            if model.base_url.startswith("scripted://"):
+            if model.is_scripted:
                 script = script_for(model.model, self.task_source_dir(cell.task))
             bearer = self.proxy.open_cell(cell.id, model, deadline_at, script=script)
         remaining = self.lock.cell_deadline_seconds - (time.monotonic() - started)
@@ -172,19 +176,21 @@ class CellRunner:
             provider_tokens=counts.total_tokens,
             physical_posts=counts.physical_posts,
             logical_attempts=logical_attempts,
-            unattributedProviderPostRequests=max(0, counts.physical_posts - logical_attempts),
+            unattributedProviderPostRequests=unattributed_provider_post_requests(
+                counts.physical_posts, logical_attempts
+            ),
             artifacts=artifacts,
             phase_seconds=timer.seconds,
         )
         ledger.finish(line)
         return line
 
-    def artifacts(self, trial_root: Path, cell: Cell) -> tuple[Artifact, ...]:
+    def artifacts(self, trial_root: Path, cell: Cell) -> tuple[RetainedFile, ...]:
         """Every retained file of the cell, with its digest: the trial tree and proxy counts."""
         files = [path for path in sorted(trial_root.rglob("*")) if path.is_file()]
         files.append(self.paths.proxy_counts(cell.id))
         return tuple(
-            Artifact(path=str(path.relative_to(self.paths.run_dir)), sha256=file_digest(path))
+            RetainedFile(path=str(path.relative_to(self.paths.run_dir)), sha256=file_digest(path))
             for path in files
         )
 

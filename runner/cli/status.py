@@ -7,6 +7,7 @@ import click
 from runner.cli.options import lab_option
 from runner.core.errors import InputError
 from runner.lab import libvirt as virt
+from runner.lab.layout import GUEST_PROXY_ADDRESS
 from runner.lab.state import LabPaths, guest_machine, load_lab_state
 from runner.lab.transport import GuestError
 
@@ -31,7 +32,7 @@ def status_command(lab: str) -> None:
         ("image", f"{state.image.input_hash} (root.qcow2 {state.image.root_sha256})"),
         ("acceleration", f"{state.acceleration.kind} ({state.acceleration.reason})"),
         ("ssh", f"{state.ssh_user}@{state.ssh_host}:{state.ssh_port} {ssh}"),
-        ("proxy port", f"127.0.0.1:{state.proxy_port} (guest 10.0.2.100:8080)"),
+        ("proxy port", f"127.0.0.1:{state.proxy_port} (guest {GUEST_PROXY_ADDRESS})"),
         ("console log", state.console_log),
         ("lab state", str(paths.state)),
     )

@@ -31,6 +31,10 @@ PODMAN_SOCKET = PurePosixPath("/run/podman/podman.sock")
 DOCKER_HOST = f"unix://{PODMAN_SOCKET}"
 # Python of the guest's Debian suite (trixie): the venv's site-packages is named after it.
 GUEST_PYTHON = "3.13"
+# The host's model proxy as the guest reaches it: an address of QEMU's user-mode network only,
+# which the lab's guestfwd relays to the proxy's host loopback port (no traffic leaves loopback).
+GUEST_PROXY_ADDRESS = "10.0.2.100:8080"
+GUEST_PROXY_URL = f"http://{GUEST_PROXY_ADDRESS}"
 
 
 class GuestLayout:

@@ -128,7 +128,7 @@ class LabState(FrozenModel):
     ssh_port: int = Field(ge=1024, le=65535)
     ssh_user: str = "root"
     private_key: str
-    # QEMU forwards the guest's 10.0.2.100:8080 to this host loopback port (the model proxy).
+    # QEMU forwards the guest's layout.GUEST_PROXY_ADDRESS to this loopback port (the proxy).
     proxy_port: int = Field(ge=1024, le=65535)
     image: ImageRef
 

@@ -50,7 +50,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-SCRIPTED_SCHEME = "scripted://"
 MAX_REQUEST_BYTES = 64 * 1024 * 1024  # a long agent context, sent whole with every request
 
 # Never forwarded upstream: the client's credentials, hop-by-hop headers, and what aiohttp sets.
@@ -150,6 +149,68 @@ def _offered_credential(request: web.BaseRequest) -> tuple[str, str]:
     authorization = request.headers.get("Authorization", "")
     scheme, _, value = authorization.partition(" ")
     return "authorization", value.strip() if scheme.lower() == "bearer" else ""
+
+
+def _upstream_headers(request: web.BaseRequest, header: str, key: str) -> dict[str, str]:
+    """The client's headers for the provider, its credential replaced by the cell's key."""
+    headers = {
+        name: value
+        for name, value in request.headers.items()
+        if name.lower() not in _REQUEST_HEADERS_DROPPED
+    }
+    headers[header] = key if header == "x-api-key" else f"Bearer {key}"
+    headers["Accept-Encoding"] = "identity"  # usage must be readable as it passes
+    return headers
+
+
+async def _whole_answer(
+    upstream: aiohttp.ClientResponse, passed_back: CIMultiDict[str], exchange: _Exchange
+) -> web.Response:
+    """A whole JSON answer is of no use to a client in pieces: one write."""
+    payload = await upstream.read()
+    meter = UsageMeter(event_stream=False)
+    meter.feed(payload)
+    exchange.usage, exchange.response_bytes = meter.result(), len(payload)
+    return web.Response(
+        body=payload, status=upstream.status, reason=upstream.reason, headers=passed_back
+    )
+
+
+async def _stream_answer(
+    request: web.BaseRequest,
+    upstream: aiohttp.ClientResponse,
+    response: web.StreamResponse,
+    exchange: _Exchange,
+) -> None:
+    """An event stream, passed on chunk by chunk as it arrives, its usage read on the way."""
+    meter = UsageMeter(event_stream=True)
+    await response.prepare(request)
+    async for chunk in upstream.content.iter_any():
+        meter.feed(chunk)
+        await response.write(chunk)
+        exchange.response_bytes += len(chunk)
+    exchange.usage = meter.result()
+    await response.write_eof()
+
+
+def _upstream_failed(
+    request: web.BaseRequest,
+    cell: _Cell,
+    exchange: _Exchange,
+    response: web.StreamResponse,
+    error: Exception,
+) -> web.StreamResponse:
+    """A provider that failed or ran out of the cell's time: a 502, or mid-answer a cut."""
+    exchange.outcome = "upstream_failed"
+    log.warning("proxy: cell %s: upstream failed: %s", cell.cell_id, type(error).__name__)
+    if response.prepared:
+        # Mid-answer: the status is gone already; cut the connection so the client sees
+        # a broken answer, not a complete one.
+        if request.transport is not None:
+            request.transport.close()
+        return response
+    exchange.status = 502
+    return web.json_response({"error": {"message": "provider unreachable"}}, status=502)
 
 
 class CredentialProxy:
@@ -261,7 +322,7 @@ class CredentialProxy:
             raise RunnerError(f"proxy: cell {self._cell.cell_id} is still open")
         if deadline.tzinfo is None:
             raise RunnerError("proxy: a cell deadline needs a time zone")
-        scripted = model.base_url.startswith(SCRIPTED_SCHEME)
+        scripted = model.is_scripted
         key = self._key_source.get(model.key_env, "")
         if not key and not scripted:
             raise RunnerError(f"environment variable {model.key_env} (key of {model.id}) is unset")
@@ -319,7 +380,7 @@ class CredentialProxy:
             values = [value for usage in reported if (value := getattr(usage, name)) is not None]
             return sum(values) if values else None
 
-        scripted = cell.model.base_url.startswith(SCRIPTED_SCHEME)
+        scripted = cell.model.is_scripted
         return ProxyCellCounts(
             cell_id=cell.cell_id,
             model=cell.model.id,
@@ -388,13 +449,7 @@ class CredentialProxy:
         self, request: web.BaseRequest, cell: _Cell, header: str, exchange: _Exchange
     ) -> web.StreamResponse:
         assert self._session is not None
-        headers = {
-            name: value
-            for name, value in request.headers.items()
-            if name.lower() not in _REQUEST_HEADERS_DROPPED
-        }
-        headers[header] = cell.key if header == "x-api-key" else f"Bearer {cell.key}"
-        headers["Accept-Encoding"] = "identity"  # usage must be readable as it passes
+        headers = _upstream_headers(request, header, cell.key)
         body = await request.read()
         exchange.request_bytes = len(body)
         timeout = aiohttp.ClientTimeout(total=max(0.001, cell.deadline - time.time()))
@@ -410,44 +465,18 @@ class CredentialProxy:
                     for name, value in upstream.headers.items()
                     if name.lower() not in _RESPONSE_HEADERS_DROPPED
                 )
-                event_stream = "text/event-stream" in upstream.headers.get("Content-Type", "")
-                meter = UsageMeter(event_stream)
-                if not event_stream:
-                    # A whole JSON answer is of no use to a client in pieces: one write.
-                    payload = await upstream.read()
-                    meter.feed(payload)
-                    exchange.usage, exchange.response_bytes = meter.result(), len(payload)
-                    return web.Response(
-                        body=payload,
-                        status=upstream.status,
-                        reason=upstream.reason,
-                        headers=passed_back,
-                    )
+                if "text/event-stream" not in upstream.headers.get("Content-Type", ""):
+                    return await _whole_answer(upstream, passed_back, exchange)
                 response = web.StreamResponse(
                     status=upstream.status, reason=upstream.reason, headers=passed_back
                 )
-                await response.prepare(request)
-                async for chunk in upstream.content.iter_any():
-                    meter.feed(chunk)
-                    await response.write(chunk)
-                    exchange.response_bytes += len(chunk)
-                exchange.usage = meter.result()
-                await response.write_eof()
+                await _stream_answer(request, upstream, response, exchange)
                 return response
         except ConnectionResetError:
             exchange.outcome = "client_gone"
             return response
         except (aiohttp.ClientError, TimeoutError) as error:
-            exchange.outcome = "upstream_failed"
-            log.warning("proxy: cell %s: upstream failed: %s", cell.cell_id, type(error).__name__)
-            if response.prepared:
-                # Mid-answer: the status is gone already; cut the connection so the client sees
-                # a broken answer, not a complete one.
-                if request.transport is not None:
-                    request.transport.close()
-                return response
-            exchange.status = 502
-            return web.json_response({"error": {"message": "provider unreachable"}}, status=502)
+            return _upstream_failed(request, cell, exchange, response, error)
 
     def _record(self, cell: _Cell | None, exchange: _Exchange) -> None:
         exchange.duration_ms = (time.perf_counter() - exchange.started) * 1000

@@ -23,7 +23,9 @@ from runner.records.schedule import Cell
 Outcome = Literal["pass", "fail", "indeterminate"]
 
 
-class Artifact(FrozenModel):
+class RetainedFile(FrozenModel):
+    """A file a cell left in the run directory (trial tree, proxy counts), with its digest."""
+
     path: str  # relative to the run directory
     sha256: Sha256
 
@@ -48,14 +50,14 @@ class LedgerLine(FrozenModel):
     physical_posts: int = Field(ge=0)
     logical_attempts: int = Field(ge=0)
     unattributed_provider_post_requests: int = Field(ge=0, alias="unattributedProviderPostRequests")
-    artifacts: tuple[Artifact, ...] = ()
+    artifacts: tuple[RetainedFile, ...] = ()
     # Seconds per phase of the cell (reset, bearer, harbor, copy_back, ..., agent, verifier):
     # what lies outside the agent and the verifier is the runner's overhead.
     phase_seconds: dict[str, float] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _surplus_matches_counts(self) -> LedgerLine:
-        expected = max(0, self.physical_posts - self.logical_attempts)
+    def _unattributed_matches_counts(self) -> LedgerLine:
+        expected = unattributed_provider_post_requests(self.physical_posts, self.logical_attempts)
         if self.unattributed_provider_post_requests != expected:
             raise ValueError(
                 f"unattributedProviderPostRequests must be physical_posts - logical_attempts "
@@ -90,7 +92,10 @@ def cell_coordinates(cell: Cell) -> CellCoordinates:
     }
 
 
-def surplus_posts(physical_posts: int, logical_attempts: int) -> int:
+def unattributed_provider_post_requests(physical_posts: int, logical_attempts: int) -> int:
+    """Physical POSTs beyond the logical attempts (client retries, requests of the harness's
+    own): the one place this count is made; fewer POSTs than attempts are lost evidence, not a
+    negative count."""
     return max(0, physical_posts - logical_attempts)
 
 

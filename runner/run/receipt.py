@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from itertools import permutations
 from typing import Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from runner.core.models import FrozenModel
 from runner.records.ledger import LedgerLine
@@ -33,6 +33,8 @@ SCRIPTED_PROVIDER_NOTE = (
 class Totals(FrozenModel):
     """Sums over a group of cells. ``provider_tokens`` is None when no cell returned usage."""
 
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
     cells: int
     passed: int
     failed: int
@@ -42,7 +44,12 @@ class Totals(FrozenModel):
     token_cells_returned: int
     physical_posts: int
     logical_attempts: int
-    extra_posts: int = Field(description="sum of unattributedProviderPostRequests")
+    # The receipt's key for it stays ``extra_posts`` (the receipt's published format).
+    unattributed_provider_post_requests: int = Field(
+        serialization_alias="extra_posts",
+        validation_alias="extra_posts",
+        description="sum of the ledger's unattributedProviderPostRequests",
+    )
 
     def value(self, metric: Metric) -> float | None:
         value: float | None = getattr(self, metric)
@@ -115,7 +122,9 @@ def totals(lines: Iterable[LedgerLine]) -> Totals:
         token_cells_returned=len(with_tokens),
         physical_posts=sum(line.physical_posts for line in lines),
         logical_attempts=sum(line.logical_attempts for line in lines),
-        extra_posts=sum(line.unattributed_provider_post_requests for line in lines),
+        unattributed_provider_post_requests=sum(
+            line.unattributed_provider_post_requests for line in lines
+        ),
     )
 
 
@@ -202,7 +211,7 @@ def batch_receipt(
 
 
 def identities(lock: Lock, schedule: Schedule) -> Identities:
-    scripted = any(model.base_url.startswith("scripted://") for model in lock.models)
+    scripted = any(model.is_scripted for model in lock.models)
     return Identities(
         lock_name=lock.name,
         lock_fingerprint=lock.fingerprint,

@@ -85,7 +85,7 @@ def _table(title: str, groups: tuple[GroupSummary, ...]) -> list[str]:
         rows.append(
             f"| {group.label} | {t.passed} | {t.failed} | {t.indeterminate} "
             f"| {t.wall_seconds:,.3f} | {fmt_tokens(t)} | {t.physical_posts} "
-            f"| {t.logical_attempts} | {t.extra_posts} |"
+            f"| {t.logical_attempts} | {t.unattributed_provider_post_requests} |"
         )
     return rows
 

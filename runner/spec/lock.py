@@ -28,6 +28,8 @@ from runner.core.models import SHA256_PATTERN, FrozenModel, Slug
 
 SCHEMA_VERSION: Literal[1] = 1
 
+# The base-URL scheme of the offline scripted provider (runner.provider), a stand-in for a model.
+SCRIPTED_SCHEME = "scripted://"
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")
 _SHA256 = re.compile(SHA256_PATTERN)
 _NPM_NAME = r"^(@[a-z0-9][\w.-]*/)?[a-z0-9][\w.-]*$"
@@ -169,6 +171,11 @@ class Model(FrozenModel):
     @property
     def label(self) -> str:
         return f"{self.provider}/{self.model}"
+
+    @property
+    def is_scripted(self) -> bool:
+        """Answered by the offline scripted provider, not by a real model."""
+        return self.base_url.startswith(SCRIPTED_SCHEME)
 
 
 class Lock(FrozenModel):

@@ -23,7 +23,7 @@ from runner.spec.lock import Lock
 ArtifactKind = Literal["deb", "wheel", "npm", "node-binary", "bun-binary"]
 
 
-class Artifact(FrozenModel):
+class PinnedArtifact(FrozenModel):
     """One file the guest installs, as fetched from its source and kept in the artifact store."""
 
     kind: ArtifactKind
@@ -76,7 +76,7 @@ class Resolution(FrozenModel):
     arch: Literal["aarch64", "x86_64"]
     suite: Slug
     tools: ResolverTools
-    artifacts: tuple[Artifact, ...]
+    artifacts: tuple[PinnedArtifact, ...]
     harness_trees: tuple[HarnessTree, ...]
 
     @property
@@ -106,7 +106,7 @@ class Resolution(FrozenModel):
         return "harness_trees: the npm lockfiles differ"
 
 
-def _identity(artifact: Artifact) -> str:
+def _identity(artifact: PinnedArtifact) -> str:
     return f"{artifact.kind}:{artifact.name}@{artifact.version} ({artifact.filename})"
 
 

@@ -1,6 +1,6 @@
 """A host venv with the lock's Harbor, for tests that load tasks and agents the way Harbor does.
-Built once into ``.cache/harbor-venv`` (Harbor 0.20.0 needs Python >= 3.12; the host's default
-is 3.11), reused afterwards."""
+Built once into ``<cache>/harbor-venv`` under core.roots.cache_root() (Harbor 0.20.0 needs
+Python >= 3.12; the host's default is 3.11), reused afterwards."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from runner.core.roots import cache_root
 from runner.spec.lock import load_lock
 
 REPO = Path(__file__).resolve().parents[2]
-HARBOR_VENV = REPO / ".cache" / "harbor-venv"
+HARBOR_VENV = cache_root() / "harbor-venv"
 HARBOR_PYTHON = HARBOR_VENV / "bin" / "python"
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from runner.core.canonical import canonical_json
 from runner.core.files import write_atomic
-from runner.records.ledger import LedgerLine, cell_coordinates, surplus_posts
+from runner.records.ledger import LedgerLine, cell_coordinates, unattributed_provider_post_requests
 from runner.records.paths import RunPaths
 from runner.records.schedule import Cell, Schedule, build_schedule
 from runner.spec.lock import load_lock
@@ -38,7 +38,7 @@ def line_for(
         provider_tokens=tokens,
         physical_posts=posts,
         logical_attempts=attempts,
-        unattributedProviderPostRequests=surplus_posts(posts, attempts),
+        unattributedProviderPostRequests=unattributed_provider_post_requests(posts, attempts),
     )
 
 
