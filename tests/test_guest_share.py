@@ -8,7 +8,7 @@ from dataclasses import replace
 from deploy.domain_xml import render_domain
 from deploy.guest.provision import FSTAB_OPTIONS, MOUNT_OPTIONS
 from runner.lab.layout import ARTIFACTS_MOUNT_TAG
-from tests.test_deploy_libvirt import SPEC  # the one domain spec of the libvirt unit tests
+from tests.support.domain_spec import SPEC
 
 
 def test_the_store_is_shared_read_only_under_the_guest_mount_tag() -> None:
