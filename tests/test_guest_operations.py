@@ -12,16 +12,15 @@ import json
 import logging
 from collections import Counter
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from deploy.guest import operations as guest_ops
-from deploy.guest import provision
 from deploy.guest.facts import ImageLabel, UnitStamp
-from deploy.guest.provision import Bundle, GuestPlan, TaskImage
+from deploy.guest.provision import Bundle
 from tests.support.deploy_harness import local_host, yielded
+from tests.support.recorded_provisioning import example_plan, record_provisioning
 
 CASES = sorted((Path(__file__).parent / "guest_operations").glob("*.json"))
 ARGUMENT_TYPES: dict[str, Any] = {
@@ -89,61 +88,11 @@ def test_cases_cover_every_operation_that_reads_a_fact() -> None:
     assert {case["op"] for case in cases if "noop" in case and not case.get("commands")} == reading
 
 
-def _plan() -> GuestPlan:
-    """A guest plan of two tasks, two harnesses and two base images; every digest distinct."""
-    tasks = tuple(
-        Bundle(f"task-{t}", f"sha256:t{t}", f"/opt/bench/tasks/{t}", "task.toml", 1) for t in "ab"
-    )
-    return GuestPlan(
-        debs=(guest_ops.DebFile("podman", "5.4", "/srv/artifacts/sha256/p"),),
-        runtimes=(
-            Bundle("node", "sha256:n", "/opt/bench/node", "bin/node"),
-            Bundle("bun", "sha256:b", "/opt/bench/bun", "bin/bun"),
-        ),
-        container_runtimes=(
-            Bundle("node-container", "sha256:n", "/bench/artifacts/runtimes/node-1", "bin/node"),
-            Bundle("bun-container", "sha256:b", "/bench/artifacts/runtimes/bun-1", "bin/bun"),
-        ),
-        harness_trees=tuple(
-            Bundle(f"harness-{h}", f"sha256:h{h}", f"/opt/bench/harnesses/{h}", "node_modules")
-            for h in ("pi", "omp")
-        ),
-        harbor_requirement="harbor==0.20.0",
-        wheels=(("harbor-0.20.0-py3-none-any.whl", "/srv/artifacts/sha256/w"),),
-        wheels_digest="sha256:w",
-        runner_package=Bundle("runner-package", "sha256:r", "/opt/bench/python", "runner/x.py"),
-        tasks=tasks,
-        base_images={"localhost/base:1": ("debian",), "localhost/py:1": ("python", "py")},
-        image_inputs="sha256:i",
-        task_images=tuple(
-            TaskImage(f"bench-task-{task.unit}", f"{task.dest}/environment", f"sha256:x{task.unit}")
-            for task in tasks
-        ),
-    )
-
-
-class _Recorded:
-    """Stands in for an operations module: each operation called is recorded, not run."""
-
-    def __init__(self, module: str, calls: list[tuple[str, dict[str, Any]]]) -> None:
-        self._module, self._calls = module, calls
-
-    def __getattr__(self, operation: str) -> Any:
-        def record(**kwargs: Any) -> SimpleNamespace:
-            self._calls.append((f"{self._module}.{operation}", kwargs))
-            return SimpleNamespace(did_change=lambda: False)
-
-        return record
-
-
 def test_provisioning_unpacks_every_bundle_of_the_plan_exactly_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    calls: list[tuple[str, dict[str, Any]]] = []
-    for module in ("guest", "files", "server", "systemd"):
-        monkeypatch.setattr(provision, module, _Recorded(module, calls))
-    plan = _plan()
-    provision.guest_provisioning._inner(plan)  # type: ignore[attr-defined]
+    plan = example_plan()
+    calls = record_provisioning(monkeypatch, plan)
 
     def named(operation: str) -> list[dict[str, Any]]:
         return [kwargs for name, kwargs in calls if name == f"guest.{operation}"]
