@@ -9,7 +9,7 @@ apt_packages=(
   libvirt-daemon-system libvirt-clients libvirt-dev pkg-config
   qemu-system-arm qemu-system-x86 qemu-efi-aarch64 qemu-utils
   mmdebstrap arch-test qemu-user-static binfmt-support e2fsprogs
-  openssh-client git sqlite3 tini socat
+  openssh-client git sqlite3 tini socat cpio
 )
 missing=()
 for p in "${apt_packages[@]}"; do

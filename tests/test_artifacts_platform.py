@@ -31,8 +31,64 @@ def test_platform_packages(path: Path) -> None:
     assert sorted(fetched) == sorted(case["for_guest"])
 
 
-def test_fixture_cases_exist() -> None:
-    assert len(CASES) >= 6
+def test_fixture_cases_cover_both_guests_and_both_verdicts() -> None:
+    cases = [_load(path) for path in CASES]
+    assert {case["guest"] for case in cases} == {"aarch64", "x86_64"}
+    assert {bool(case["missing"]) for case in cases} == {True, False}
+
+
+# One parent with a build for each platform, all in the tree (as a lock made elsewhere has them):
+# (name, os, cpu, libc); an empty cpu or libc is a build that does not declare it. fsevents
+# says its platform only by its os field, so npm's own rule must leave it out.
+BUILDS = [
+    ("fsevents", "darwin", "", ""),
+    ("lightningcss-linux-arm64-gnu", "linux", "arm64", "glibc"),
+    ("lightningcss-linux-arm64-musl", "linux", "arm64", ""),
+    ("lightningcss-android-arm64", "android", "arm64", ""),
+    ("lightningcss-darwin-arm64", "darwin", "arm64", ""),
+    ("lightningcss-linux-x64-gnu", "linux", "x64", "glibc"),
+    ("lightningcss-linux-x64-musl", "linux", "x64", "musl"),
+    ("lightningcss-win32-x64-msvc", "win32", "x64", ""),
+]
+CHOSEN = {
+    "aarch64": {"lightningcss", "detect-libc", "lightningcss-linux-arm64-gnu"},
+    "x86_64": {"lightningcss", "detect-libc", "lightningcss-linux-x64-gnu"},
+}
+
+
+def _lockfile(builds: list[tuple[str, str, str, str]]) -> dict[str, Any]:
+    packages: dict[str, Any] = {
+        "": {"name": "tools", "dependencies": {"lightningcss": "1.30.1"}},
+        "node_modules/lightningcss": {
+            "version": "1.30.1",
+            "dependencies": {"detect-libc": "2.0.4"},
+            "optionalDependencies": {name: "1.30.1" for name, *_ in BUILDS},
+        },
+        "node_modules/detect-libc": {"version": "2.0.4"},
+    }
+    for name, os_name, cpu, libc in builds:
+        entry = {"version": "1.30.1", "optional": True, "os": [os_name]}
+        entry |= ({"cpu": [cpu]} if cpu else {}) | ({"libc": [libc]} if libc else {})
+        packages[f"node_modules/{name}"] = entry
+    return {"lockfileVersion": 3, "packages": packages}
+
+
+@pytest.mark.parametrize("arch", sorted(CHOSEN))
+def test_only_the_guests_own_build_is_fetched(arch: str) -> None:
+    platform = GuestPlatform(arch)
+    fetched = [name for name, _ in packages_for_guest(_lockfile(BUILDS), platform)]
+    assert sorted(fetched) == sorted(CHOSEN[arch])
+    assert missing_platform_packages(_lockfile(BUILDS), platform) == []
+
+
+@pytest.mark.parametrize("arch", sorted(CHOSEN))
+def test_the_guests_build_left_out_of_the_tree_is_named_missing(arch: str) -> None:
+    platform = GuestPlatform(arch)
+    (own,) = CHOSEN[arch] - {"lightningcss", "detect-libc"}
+    lockfile = _lockfile([build for build in BUILDS if build[0] != own])
+    assert missing_platform_packages(lockfile, platform) == [("lightningcss@1.30.1", own, "1.30.1")]
+    fetched = {name for name, _ in packages_for_guest(lockfile, platform)}
+    assert fetched == {"lightningcss", "detect-libc"}
 
 
 @pytest.mark.parametrize(

@@ -39,29 +39,9 @@ from runner.lab import libvirt as virt
 from runner.lab.state import LabPaths
 from runner.lab.teardown import teardown_lab
 from tests.support.deploy_harness import local_host, yielded
+from tests.support.domain_spec import DOMAIN, LAB, POOL, SPEC
 
 CASES = sorted((Path(__file__).parent / "deploy_libvirt").glob("*.json"))
-LAB = "t"
-DOMAIN = "frozen-bench-t"
-POOL = "frozen-bench-t"
-
-SPEC = DomainSpec(
-    lab=LAB,
-    name=DOMAIN,
-    arch="aarch64",
-    domain_type="qemu",
-    cpu_model="cortex-a57",
-    memory_mib=512,
-    vcpus=2,
-    kernel="/pools/t/vmlinuz-1",
-    initrd="/pools/t/initrd-1.img",
-    kernel_cmdline="root=LABEL=root rw console=ttyAMA0",
-    disk="/pools/t/frozen-bench-t.qcow2",
-    console_log="/pools/t/console.log",
-    public_key_line="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK lab-t\n",
-    ssh_port=40022,
-    proxy_port=40080,
-)
 
 
 def for_test_driver(spec: DomainSpec) -> DomainDefinition:

@@ -6,8 +6,11 @@ the message it says when there is nothing to do. No guest is needed: the facts a
 
 from __future__ import annotations
 
+import ast
+import inspect
 import json
 import logging
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,9 @@ import pytest
 
 from deploy.guest import operations as guest_ops
 from deploy.guest.facts import ImageLabel, UnitStamp
+from deploy.guest.provision import Bundle
 from tests.support.deploy_harness import local_host, yielded
+from tests.support.recorded_provisioning import example_plan, record_provisioning
 
 CASES = sorted((Path(__file__).parent / "guest_operations").glob("*.json"))
 ARGUMENT_TYPES: dict[str, Any] = {
@@ -47,9 +52,81 @@ def test_operation_case(case_path: Path, caplog: pytest.LogCaptureFixture) -> No
         assert case["noop"] in caplog.text
 
 
+def _operations_that_read_a_fact() -> set[str]:
+    """The operations of deploy.guest.operations whose code, or a helper of the module it calls,
+    asks the host for a fact: read from the module's source, not written down here."""
+    functions = {
+        node.name: node
+        for node in ast.parse(inspect.getsource(guest_ops)).body
+        if isinstance(node, ast.FunctionDef)
+    }
+
+    def called(function: ast.FunctionDef) -> set[str]:
+        return {
+            call.func.id if isinstance(call.func, ast.Name) else call.func.attr
+            for call in ast.walk(function)
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name | ast.Attribute)
+        }
+
+    def reads(name: str, seen: frozenset[str]) -> bool:
+        names = called(functions[name])
+        helpers = (names & functions.keys()) - seen
+        return "get_fact" in names or any(reads(helper, seen | {helper}) for helper in helpers)
+
+    operations = {name for name in functions if hasattr(getattr(guest_ops, name), "_inner")}
+    return {name for name in operations if reads(name, frozenset({name}))}
+
+
 def test_cases_cover_every_operation_that_reads_a_fact() -> None:
-    ops = {json.loads(path.read_text())["op"] for path in CASES}
-    assert ops == {"unpacked", "debs_installed", "harbor_venv", "base_image", "task_image"}
+    """Each operation that reads a fact has a case where the facts differ (it yields commands)
+    and one where they already match (it yields nothing and says so)."""
+    cases = [json.loads(path.read_text()) for path in CASES]
+    reading = _operations_that_read_a_fact()
+    assert "lab_guest_answers" not in reading  # asks the lab over SSH, no pyinfra fact
+    assert {"unpacked", "base_image"} <= reading  # the scan sees through the _unit helper too
+    assert {case["op"] for case in cases if case.get("commands")} == reading
+    assert {case["op"] for case in cases if "noop" in case and not case.get("commands")} == reading
+
+
+def test_provisioning_unpacks_every_bundle_of_the_plan_exactly_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    plan = example_plan()
+    calls = record_provisioning(monkeypatch, plan)
+
+    def named(operation: str) -> list[dict[str, Any]]:
+        return [kwargs for name, kwargs in calls if name == f"guest.{operation}"]
+
+    bundles = (
+        *plan.runtimes, *plan.container_runtimes, *plan.harness_trees, plan.runner_package,
+        *plan.tasks,
+    )  # fmt: skip
+    unpacked = Counter(
+        Bundle(k["unit"], k["digest"], k["dest"], k["check"], k["strip_components"])
+        for k in named("unpacked")
+    )
+    assert unpacked == Counter(bundles)
+    assert all(
+        k["blob"] == Bundle(k["unit"], k["digest"], k["dest"], k["check"]).blob
+        for k in named("unpacked")
+    )
+    assert [k["debs"] for k in named("debs_installed")] == [plan.debs]
+    assert [(k["wheels"], k["digest"]) for k in named("harbor_venv")] == [
+        (plan.wheels, plan.wheels_digest)
+    ]
+    assert Counter((k["image"], k["aliases"], k["digest"]) for k in named("base_image")) == Counter(
+        (image, aliases, plan.image_inputs) for image, aliases in plan.base_images.items()
+    )
+    assert Counter((k["image"], k["context"], k["digest"]) for k in named("task_image")) == Counter(
+        (t.image, t.context, t.digest) for t in plan.task_images
+    )
+    # A task image is built after every base image is there and its task is unpacked.
+    order = [(name, kwargs.get("unit") or kwargs.get("image")) for name, kwargs in calls]
+    first_task_image = order.index(("guest.task_image", plan.task_images[0].image))
+    assert all(
+        order.index(("guest.base_image", image)) < first_task_image for image in plan.base_images
+    )
+    assert all(order.index(("guest.unpacked", task.unit)) < first_task_image for task in plan.tasks)
 
 
 def test_unit_stamp_fact_reads_the_stamp_only_when_the_install_is_there() -> None:

@@ -1,9 +1,10 @@
 """Harbor agents for the harnesses: the scripts they run, Harbor loading them, and a whole cell.
 
 The last test plays a cell without Podman or Harbor's loop: the agent's own install, configure
-and run scripts in the stand-in container of test_tasks (real Pi on Node and OMP on Bun, from
-the host tool cache laid out as the guest's frozen artifacts), the harness talking to the proxy
-and the offline scripted provider playing the task's reference solution, then the verifier.
+and run scripts in the stand-in container (tests/support/standin_container; real Pi on Node and
+OMP on Bun, from the host tool cache laid out as the guest's frozen artifacts), the harness
+talking to the proxy and the offline scripted provider playing the task's reference solution,
+then the verifier.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from runner.proxy import CredentialProxy
 from runner.records.paths import RunPaths
 from runner.spec.lock import Harness, Lock, load_lock
 from tests.support.host_harnesses import with_host_omp
-from tests.test_tasks import TASKS, StandInContainer, needs_chroot
+from tests.support.standin_container import TASKS, StandInContainer, needs_chroot
 
 REPO = Path(__file__).resolve().parent.parent
 SEED = load_lock(REPO / "locks" / "seed-54.toml")

@@ -35,6 +35,7 @@ from images.store import ImageStore
 from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.errors import InputError, RunnerError
 from runner.spec.lock import Guest, load_lock
+from tests.support.standin_container import needs_chroot
 
 REPO = Path(__file__).resolve().parent.parent
 EPOCH = 1764374400
@@ -264,6 +265,116 @@ def test_newc_archive_is_what_cpio_reads(tmp_path: Path) -> None:
 def test_init_scripts_parse() -> None:
     for script in (INITRAMFS_INIT, GUEST_OVERLAY_DIR / "usr/local/sbin/lab-authorized-key"):
         subprocess.run(["sh", "-n", str(script)], check=True)
+
+
+# --- the initramfs's init, run in a sandbox ------------------------------------------------
+# The init runs as PID 1 of the initramfs: here it runs under chroot in a directory laid out as
+# the initramfs is (etc/modules-order, lib/modules/, an empty dev, proc and sys), the host's /usr
+# bound read-only for a shell, and every command it calls stubbed in /bin: each stub appends
+# its name and arguments to /calls (mkdir and cat do their work too; findfs answers only on its
+# second call, as a disk that appears late). /proc/cmdline is a plain file.
+
+_STUBS = {
+    "busybox": "",
+    "mount": "",
+    "umount": "",
+    "insmod": 'case "$1" in */broken.ko) exit 1 ;; esac',
+    "findfs": "test -e /findfs-asked || { : > /findfs-asked; exit 1; }; echo /dev/vda",
+    "sleep": "",
+    "mkdir": '/usr/bin/mkdir "$@"',
+    "cat": '/usr/bin/cat "$@"',
+    "switch_root": "",
+    "sh": "exit 7",  # panic's shell: the test sees it was reached
+}
+
+
+def _run_init(root: Path, cmdline: str, modules: tuple[str, ...]) -> tuple[int, str, list[str]]:
+    for name in ("bin", "dev", "proc", "sys", "etc", "lib/modules", "usr"):
+        (root / name).mkdir(parents=True)
+    for name in ("lib64",):
+        if (Path("/usr") / name).exists():
+            (root / name).symlink_to(f"usr/{name}")
+    for entry in Path("/usr/lib").iterdir():  # the dynamic loader and libc, where /lib has them
+        if entry.name.startswith("ld-linux") or entry.name.endswith("-linux-gnu"):
+            (root / "lib" / entry.name).symlink_to(f"/usr/lib/{entry.name}")
+    for name, body in _STUBS.items():
+        stub = root / "bin" / name
+        stub.write_text(f'#!/usr/bin/sh\necho "{name} $*" >> /calls\n{body}\n')
+        stub.chmod(0o755)
+    (root / "proc/cmdline").write_text(cmdline + "\n")
+    (root / "etc/modules-order").write_text("".join(f"{m}\n" for m in modules))
+    for module in modules:
+        (root / "lib/modules" / f"{module}.ko").write_bytes(b"\x7fELF")
+    shutil.copy(INITRAMFS_INIT, root / "init")
+    enter = (
+        'mount --bind /usr "$1/usr" && mount -o remount,bind,ro "$1/usr" && '
+        'exec chroot "$1" /usr/bin/env -i /usr/bin/sh /init'
+    )
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c", enter, "sh", root],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    calls = (root / "calls").read_text().splitlines() if (root / "calls").exists() else []
+    return done.returncode, done.stderr, calls
+
+
+@needs_chroot
+def test_init_loads_the_modules_waits_for_the_root_and_switches_to_it(tmp_path: Path) -> None:
+    code, stderr, calls = _run_init(
+        tmp_path, "console=ttyAMA0 root=LABEL=root rw init=/sbin/bench-init quiet", ("a", "b")
+    )
+    assert (code, stderr) == (0, "")
+    assert calls == [
+        "busybox --install -s /bin",
+        "mount -t devtmpfs devtmpfs /dev",
+        "mount -t proc proc /proc",
+        "mount -t sysfs sysfs /sys",
+        "insmod /lib/modules/a.ko",
+        "insmod /lib/modules/b.ko",
+        "cat /proc/cmdline",
+        "findfs LABEL=root",  # not there yet
+        "sleep 0.1",
+        "findfs LABEL=root",
+        "mkdir -p /root",
+        "mount -t ext4 -o rw /dev/vda /root",
+        "umount /sys",
+        "umount /proc",
+        "mount --move /dev /root/dev",
+        "switch_root /root /sbin/bench-init",
+    ]
+    assert (tmp_path / "root").is_dir()
+
+
+@needs_chroot
+def test_init_mounts_read_only_and_hands_to_sbin_init_by_default(tmp_path: Path) -> None:
+    code, _stderr, calls = _run_init(tmp_path, "root=UUID=1234 ro", ())
+    assert code == 0
+    assert "mount -t ext4 -o ro /dev/vda /root" in calls
+    assert calls[-1] == "switch_root /root /sbin/init"
+    assert not any(call.startswith("insmod") for call in calls)
+
+
+@needs_chroot
+@pytest.mark.parametrize(
+    ("cmdline", "modules", "problem"),
+    [
+        ("rw quiet", (), "initramfs: no root= on the kernel command line"),
+        ("root=LABEL=root", ("a", "broken", "c"), "initramfs: cannot load broken"),
+    ],
+    ids=["no-root", "module-fails"],
+)
+def test_init_panics_to_a_shell_and_never_switches(
+    tmp_path: Path, cmdline: str, modules: tuple[str, ...], problem: str
+) -> None:
+    code, stderr, calls = _run_init(tmp_path, cmdline, modules)
+    assert (code, stderr.strip()) == (7, problem)
+    assert calls[-1] == "sh "
+    assert not any(
+        call.startswith(("switch_root", "mount -t ext4", "insmod /lib/modules/c")) for call in calls
+    )
 
 
 # --- boot-time key ------------------------------------------------------------------------

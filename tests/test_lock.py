@@ -59,12 +59,11 @@ def test_bad_lock_is_one_line_naming_file_and_field(
     path = _bad_lock(seed_lock_path, tmp_path, case)
     with pytest.raises(InputError) as raised:
         load_lock(path)
-    message = str(raised.value)
-    assert message.startswith(f"{path}: ")
-    assert case["expect"] in message
-    assert "\n" not in message
+    # The whole message: the file, then the field's dotted path and pydantic's or the
+    # validator's words, on one line; a key written where its variable's name belongs is not.
+    assert str(raised.value) == f"{path}: {case['expect']}"
     if "secret" in case:
-        assert case["secret"] not in message
+        assert case["secret"] not in str(raised.value)
 
 
 @pytest.mark.parametrize("case", CASES[:4], ids=[case["name"] for case in CASES[:4]])
@@ -79,9 +78,8 @@ def test_cli_bad_lock_exit_2_without_traceback(
         cwd=tmp_path,
     )
     assert result.returncode == 2
-    assert result.stderr.count("\n") == 1
-    assert "Traceback" not in result.stderr
-    assert case["expect"] in result.stderr
+    # stderr is that one line and nothing else (no traceback, no second word); stdout is empty.
+    assert (result.stdout, result.stderr) == ("", f"runner: error: {path}: {case['expect']}\n")
     assert not (tmp_path / "schedule.json").exists()
 
 

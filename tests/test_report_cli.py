@@ -15,7 +15,7 @@ from runner.records.paths import RunPaths
 from runner.run.scan import scan_run
 from runner.verify.report import VerifyReport
 from tests.support.ledger_factory import new_run_dir
-from tests.test_reference_report import write_reference_ledger
+from tests.support.reference_ledger import write_reference_ledger
 
 
 def runner_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,71 @@
+"""The guest's provisioning played against recorders: which operations it calls, with what."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from deploy.guest import operations as guest_ops
+from deploy.guest import provision
+from deploy.guest.provision import Bundle, GuestPlan, TaskImage
+
+Calls = list[tuple[str, dict[str, Any]]]
+
+
+def example_plan() -> GuestPlan:
+    """A guest plan of two tasks, two harnesses and two base images; every digest distinct."""
+    tasks = tuple(
+        Bundle(f"task-{t}", f"sha256:t{t}", f"/opt/bench/tasks/{t}", "task.toml", 1) for t in "ab"
+    )
+    return GuestPlan(
+        debs=(guest_ops.DebFile("podman", "5.4", "/srv/artifacts/sha256/p"),),
+        runtimes=(
+            Bundle("node", "sha256:n", "/opt/bench/node", "bin/node"),
+            Bundle("bun", "sha256:b", "/opt/bench/bun", "bin/bun"),
+        ),
+        container_runtimes=(
+            Bundle("node-container", "sha256:n", "/bench/artifacts/runtimes/node-1", "bin/node"),
+            Bundle("bun-container", "sha256:b", "/bench/artifacts/runtimes/bun-1", "bin/bun"),
+        ),
+        harness_trees=tuple(
+            Bundle(f"harness-{h}", f"sha256:h{h}", f"/opt/bench/harnesses/{h}", "node_modules")
+            for h in ("pi", "omp")
+        ),
+        harbor_requirement="harbor==0.20.0",
+        wheels=(("harbor-0.20.0-py3-none-any.whl", "/srv/artifacts/sha256/w"),),
+        wheels_digest="sha256:w",
+        runner_package=Bundle("runner-package", "sha256:r", "/opt/bench/python", "runner/x.py"),
+        tasks=tasks,
+        base_images={"localhost/base:1": ("debian",), "localhost/py:1": ("python", "py")},
+        image_inputs="sha256:i",
+        task_images=tuple(
+            TaskImage(f"bench-task-{task.unit}", f"{task.dest}/environment", f"sha256:x{task.unit}")
+            for task in tasks
+        ),
+    )
+
+
+class _Recorded:
+    """Stands in for an operations module: each operation called is recorded, not run."""
+
+    def __init__(self, module: str, calls: list[tuple[str, dict[str, Any]]]) -> None:
+        self._module, self._calls = module, calls
+
+    def __getattr__(self, operation: str) -> Any:
+        def record(**kwargs: Any) -> SimpleNamespace:
+            self._calls.append((f"{self._module}.{operation}", kwargs))
+            return SimpleNamespace(did_change=lambda: False)
+
+        return record
+
+
+def record_provisioning(monkeypatch: pytest.MonkeyPatch, plan: GuestPlan) -> Calls:
+    """Run ``guest_provisioning`` on ``plan`` with every operation recorded, in call order, as
+    ("module.operation", keyword arguments); no host, no pyinfra state."""
+    calls: Calls = []
+    for module in ("guest", "files", "server", "systemd"):
+        monkeypatch.setattr(provision, module, _Recorded(module, calls))
+    provision.guest_provisioning._inner(plan)  # type: ignore[attr-defined]
+    return calls
