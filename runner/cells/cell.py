@@ -214,7 +214,8 @@ class CellRunner:
                 str(GUEST.trials(cell.id)), self.paths.trials_dir
             )
         with timer.phase("classify"):
-            return self._classified(attempt, deadline_passed, killed)
+            outcome, reason, logical_attempts = self._classified(attempt, deadline_passed, killed)
+        return self._line(attempt, outcome, reason, logical_attempts)
 
     def _open_proxy(self, attempt: _Attempt) -> str:
         model = self.model(attempt.cell)
@@ -232,7 +233,11 @@ class CellRunner:
             attempt.proxy_open = False
             attempt.counts = self.proxy.close_cell(attempt.cell.id)
 
-    def _classified(self, attempt: _Attempt, deadline_passed: bool, killed: str) -> LedgerLine:
+    def _classified(
+        self, attempt: _Attempt, deadline_passed: bool, killed: str
+    ) -> tuple[Outcome, str, int]:
+        """The verdict from the trial tree, and the accounting of the proxy's record against the
+        harness's event log: (outcome, reason, logical attempts)."""
         assert attempt.trial_root is not None  # copied back by the phase before
         self._close_proxy(attempt)
         assert attempt.counts is not None
@@ -246,7 +251,7 @@ class CellRunner:
         if reconciliation and reconciliation.problems:
             reason = f"{reason}; accounting: {'; '.join(reconciliation.problems)}"
         logical_attempts = reconciliation.logical_attempts if reconciliation else 0
-        return self._line(attempt, outcome, reason, logical_attempts)
+        return outcome, reason, logical_attempts
 
     def _line(
         self, attempt: _Attempt, outcome: Outcome, reason: str, logical_attempts: int
