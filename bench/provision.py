@@ -30,7 +30,7 @@ from deploy.guest.provision import FSTAB_OPTIONS, GuestPlan, plan_guest
 from runner.cache.paths import CachePaths
 from runner.lab.layout import AGENT_USER, ARTIFACTS_MOUNT_TAG, GUEST
 from runner.lab.state import REPO_ROOT, LabPaths, LabState, load_lab_state
-from runner.lab.transport import GuestTransport
+from runner.lab.transport import SshTransport
 from runner.spec.lock import load_lock
 
 SHARE_TARGET_MB_S = 50.0
@@ -66,7 +66,7 @@ def timed_steps(argv: list[str], lab: str) -> tuple[float, list[tuple[str, float
     return ended - started, [(name, end - at) for (name, at), end in zip(steps, ends, strict=True)]
 
 
-def share_rate(guest: GuestTransport, digest: str) -> tuple[float, float]:
+def share_rate(guest: SshTransport, digest: str) -> tuple[float, float]:
     """MB/s of one stored blob into the guest: read through the 9p share (guest page cache
     dropped first), and streamed from the host over an SSH channel (the transport's upload)."""
     blob = GUEST.blob(digest)
@@ -191,7 +191,7 @@ def main() -> int:
     state = load_lab_state(LabPaths.for_lab(lab))
     lock_path = Path(os.environ.get("LOCK", "locks/demo.toml"))
     plan = plan_guest(load_lock(REPO_ROOT / lock_path), REPO_ROOT / lock_path)
-    with GuestTransport(
+    with SshTransport(
         state.ssh_host, state.ssh_port, Path(state.private_key), state.ssh_user
     ).connect(60) as guest:
         node = plan.runtimes[0]

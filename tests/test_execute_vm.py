@@ -17,7 +17,7 @@ import pytest
 
 from runner.core.roots import REPO_ROOT
 from runner.lab.state import LabState
-from runner.lab.transport import GuestTransport
+from runner.lab.transport import SshTransport
 from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
 
@@ -132,7 +132,7 @@ def test_a_cell_past_its_deadline_is_indeterminate_and_leaves_nothing(
         assert line.reason.startswith("deadline passed"), line.reason
         assert "0 processes and 0 containers left" in line.reason
         assert line.wall_seconds < DEADLINE_SECONDS + 60
-    guest = GuestTransport(
+    guest = SshTransport(
         frozen_lab.ssh_host, frozen_lab.ssh_port, Path(frozen_lab.private_key)
     ).connect(60)
     with guest:

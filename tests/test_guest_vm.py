@@ -20,7 +20,7 @@ import pytest
 from runner.core.roots import REPO_ROOT
 from runner.lab.layout import DOCKER_HOST, GUEST
 from runner.lab.state import LabPaths, LabState, load_lab_state
-from runner.lab.transport import GuestTransport
+from runner.lab.transport import GuestTransport, SshTransport
 from runner.spec.lock import load_lock
 from tests.support.vm_fixtures import VM_TEST_LAB, vm_lab  # noqa: F401  (fixture)
 
@@ -47,7 +47,7 @@ def guest(vm_lab: LabState) -> Iterator[GuestTransport]:  # noqa: F811
     result = deploy("--limit", "lab_guests")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     state = load_lab_state(LabPaths.for_lab(LAB))
-    with GuestTransport(
+    with SshTransport(
         state.ssh_host, state.ssh_port, Path(state.private_key), state.ssh_user
     ).connect(120) as transport:
         yield transport

@@ -2,6 +2,17 @@
 copy-back, classification, accounting, ledger line.
 
 Every phase is timed; what lies outside the agent and the verifier is the runner's overhead.
+
+When a phase raises, the cell still leaves its evidence: the exception (type, message, phase) in
+its attempt record, its proxy record closed and written, and an ``indeterminate`` ledger line
+naming the exception and the phase. Whether the run goes on is then decided by what raised:
+
+- a ``GuestError`` (the guest did not answer, the SSH connection tore, a guest command failed)
+  is the guest's trouble, not the schedule's: the run goes on only if the guest answers again
+  after a reset (without resets: a new connection), since the next cell must start on a guest
+  known to be there; otherwise the run stops (``RunAborted``) and fails closed;
+- anything else is the runner's own fault (a bug, a broken proxy, a full disk): no later cell
+  could be trusted to run any better, so the run stops (``RunAborted``) and fails closed.
 """
 
 from __future__ import annotations
@@ -12,20 +23,24 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from runner.cells.accounting import count_logical_attempts_in, reconcile
 from runner.cells.classify import classify
 from runner.core.canonical import file_digest
+from runner.core.errors import RunnerError
 from runner.guest.agent_plan import CONTAINER
 from runner.lab.layout import DOCKER_HOST, GUEST, GUEST_PROXY_URL
-from runner.lab.transport import GuestTransport
+from runner.lab.transport import GuestError, GuestTransport
 from runner.provider.script import script_for
-from runner.proxy import CredentialProxy
+from runner.proxy import CredentialProxy, ProxyCellCounts
 from runner.records.ledger import (
+    AttemptRecord,
+    Failure,
     Ledger,
     LedgerLine,
+    Outcome,
     RetainedFile,
     cell_coordinates,
     now,
@@ -36,6 +51,7 @@ from runner.records.schedule import Cell
 from runner.spec.lock import Lock, Model
 
 CELL_PGID_FILE = "/run/bench-cell.pgid"
+GUEST_WAIT_SECONDS = 60.0  # for the guest to answer again after a failed cell
 AGENT_CLASSES = {
     "pi": "runner.guest.harbor_agents:PiAgent",
     "omp": "runner.guest.harbor_agents:OmpAgent",
@@ -56,17 +72,49 @@ echo "$left_processes $left_containers"
 """
 
 
+class RunAborted(RunnerError):
+    """A cell failed in a way after which no later cell may run: the run stops, failed closed."""
+
+
+def leftovers(report: str) -> str:
+    """The kill script's report, "<processes> <containers>", as the tail of the ledger reason;
+    an unreadable report is said as such (the cell is indeterminate either way)."""
+    fields = report.split()
+    if len(fields) != 2 or not all(field.isdigit() for field in fields):
+        return f"; the kill script's report is unreadable: {report.strip()[:200]!r}"
+    processes, containers = fields
+    return f"; after the kill {processes} processes and {containers} containers left"
+
+
 @dataclass
 class PhaseTimer:
     seconds: dict[str, float] = field(default_factory=dict)
+    current: str | None = None  # the phase running now; kept when it raised
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         started = time.monotonic()
+        self.current = name
         try:
             yield
         finally:
             self.seconds[name] = round(self.seconds.get(name, 0.0) + time.monotonic() - started, 3)
+        self.current = None
+
+
+@dataclass
+class _Attempt:
+    """One cell's attempt in progress: what its phases found so far. Its ledger line is built
+    from it whether the phases ran to the end or one raised."""
+
+    cell: Cell
+    record: AttemptRecord
+    timer: PhaseTimer = field(default_factory=PhaseTimer)
+    started_at: datetime = field(default_factory=now)
+    started: float = field(default_factory=time.monotonic)
+    proxy_open: bool = False
+    counts: ProxyCellCounts | None = None
+    trial_root: Path | None = None
 
 
 @dataclass
@@ -126,69 +174,130 @@ class CellRunner:
         )
 
     def run(self, cell: Cell, ledger: Ledger) -> LedgerLine:
-        attempt = ledger.begin_attempt(cell)
-        timer = PhaseTimer()
-        started_at = now()
-        started = time.monotonic()
-        deadline_at = started_at + timedelta(seconds=self.lock.cell_deadline_seconds)
-        model = self.model(cell)
+        """Run one cell and append its ledger line; raises ``RunAborted`` when the run must stop
+        (the module's docstring says when)."""
+        attempt = _Attempt(cell, ledger.begin_attempt(cell))
+        try:
+            line = self._phases(attempt)
+        except Exception as error:
+            failure = Failure.of(error, attempt.timer.current or "recording the cell")
+            ledger.note_failure(cell.id, attempt.record.attempt, failure)
+            self._close_proxy(attempt)
+            line = self._line(attempt, "indeterminate", f"ended early: {failure.line}", 0)
+            ledger.finish(line)
+            self._go_on_after(error, cell, failure)
+            return line
+        finally:
+            self._close_proxy(attempt)  # also on KeyboardInterrupt: the proxy record is written
+        ledger.finish(line)
+        return line
+
+    def _phases(self, attempt: _Attempt) -> LedgerLine:
+        cell, timer = attempt.cell, attempt.timer
         with timer.phase("reset"):
             if self.reset_guest is not None:
                 self.reset_guest()
         with timer.phase("bearer"):
-            script = None
-            if model.is_scripted:
-                script = script_for(model.model, self.task_source_dir(cell.task))
-            bearer = self.proxy.open_cell(cell.id, model, deadline_at, script=script)
-        remaining = self.lock.cell_deadline_seconds - (time.monotonic() - started)
+            bearer = self._open_proxy(attempt)
+        remaining = self.lock.cell_deadline_seconds - (time.monotonic() - attempt.started)
         with timer.phase("harbor"):
             result = self.guest.exec(self.harbor_command(cell, bearer), timeout=remaining)
         deadline_passed = result.exit_code is None
         killed = ""
         if deadline_passed:
             with timer.phase("kill"):
-                processes, containers = self.guest.check(_KILL_CELL, timeout=120).stdout.split()
-            killed = f"; after the kill {processes} processes and {containers} containers left"
+                killed = leftovers(self.guest.check(_KILL_CELL, timeout=120).stdout)
         with timer.phase("copy_back"):
-            trial_root = self.guest.download(str(GUEST.trials(cell.id)), self.paths.trials_dir)
+            attempt.trial_root = self.guest.download(
+                str(GUEST.trials(cell.id)), self.paths.trials_dir
+            )
         with timer.phase("classify"):
-            counts = self.proxy.close_cell(cell.id)
-            outcome, reason, harbor = classify(trial_root, deadline_passed)
-            events = next(iter(sorted(trial_root.rglob(AGENT_EVENT_LOG))), None)
-            logical = count_logical_attempts_in(events) if events else None
-            reconciliation = reconcile(logical, counts) if logical else None
-        wall = round(time.monotonic() - started, 3)
+            outcome, reason, logical_attempts = self._classified(attempt, deadline_passed, killed)
+        return self._line(attempt, outcome, reason, logical_attempts)
+
+    def _open_proxy(self, attempt: _Attempt) -> str:
+        model = self.model(attempt.cell)
+        deadline_at = attempt.started_at + timedelta(seconds=self.lock.cell_deadline_seconds)
+        script = None
+        if model.is_scripted:
+            script = script_for(model.model, self.task_source_dir(attempt.cell.task))
+        bearer = self.proxy.open_cell(attempt.cell.id, model, deadline_at, script=script)
+        attempt.proxy_open = True
+        return bearer
+
+    def _close_proxy(self, attempt: _Attempt) -> None:
+        """End the cell's bearer and write its proxy record, once."""
+        if attempt.proxy_open:
+            attempt.proxy_open = False
+            attempt.counts = self.proxy.close_cell(attempt.cell.id)
+
+    def _classified(
+        self, attempt: _Attempt, deadline_passed: bool, killed: str
+    ) -> tuple[Outcome, str, int]:
+        """The verdict from the trial tree, and the accounting of the proxy's record against the
+        harness's event log: (outcome, reason, logical attempts)."""
+        assert attempt.trial_root is not None  # copied back by the phase before
+        self._close_proxy(attempt)
+        assert attempt.counts is not None
+        outcome, reason, harbor = classify(attempt.trial_root, deadline_passed)
+        events = next(iter(sorted(attempt.trial_root.rglob(AGENT_EVENT_LOG))), None)
+        logical = count_logical_attempts_in(events) if events else None
+        reconciliation = reconcile(logical, attempt.counts) if logical else None
         if harbor is not None:
-            timer.seconds.update(harbor.phase_seconds())
-        artifacts = self.artifacts(trial_root, cell)
-        logical_attempts = reconciliation.logical_attempts if reconciliation else 0
+            attempt.timer.seconds.update(harbor.phase_seconds())
         reason += killed
         if reconciliation and reconciliation.problems:
             reason = f"{reason}; accounting: {'; '.join(reconciliation.problems)}"
-        line = LedgerLine(
-            **cell_coordinates(cell),
-            attempt=attempt.attempt,
+        logical_attempts = reconciliation.logical_attempts if reconciliation else 0
+        return outcome, reason, logical_attempts
+
+    def _line(
+        self, attempt: _Attempt, outcome: Outcome, reason: str, logical_attempts: int
+    ) -> LedgerLine:
+        """The cell's ledger line from what its phases found (no proxy record: no POSTs)."""
+        counts = attempt.counts
+        physical_posts = counts.physical_posts if counts else 0
+        return LedgerLine(
+            **cell_coordinates(attempt.cell),
+            attempt=attempt.record.attempt,
             outcome=outcome,
             reason=reason,
-            started_at=started_at,
+            started_at=attempt.started_at,
             ended_at=now(),
-            wall_seconds=wall,
-            provider_tokens=counts.total_tokens,
-            physical_posts=counts.physical_posts,
+            wall_seconds=round(time.monotonic() - attempt.started, 3),
+            provider_tokens=counts.total_tokens if counts else None,
+            physical_posts=physical_posts,
             logical_attempts=logical_attempts,
             unattributedProviderPostRequests=unattributed_provider_post_requests(
-                counts.physical_posts, logical_attempts
+                physical_posts, logical_attempts
             ),
-            artifacts=artifacts,
-            phase_seconds=timer.seconds,
+            artifacts=self.artifacts(attempt.trial_root, attempt.cell),
+            phase_seconds=attempt.timer.seconds,
         )
-        ledger.finish(line)
-        return line
 
-    def artifacts(self, trial_root: Path, cell: Cell) -> tuple[RetainedFile, ...]:
-        """Every retained file of the cell, with its digest: the trial tree and proxy counts."""
-        files = [path for path in sorted(trial_root.rglob("*")) if path.is_file()]
-        files.append(self.paths.proxy_counts(cell.id))
+    def _go_on_after(self, error: Exception, cell: Cell, failure: Failure) -> None:
+        """Return when the run may go on after ``cell`` failed; else raise ``RunAborted``."""
+        if not isinstance(error, GuestError):
+            raise RunAborted(f"cell {cell.id}: {failure.line}") from error
+        try:
+            if self.reset_guest is not None:
+                self.reset_guest()
+            else:
+                self.guest.close()
+                self.guest.connect(GUEST_WAIT_SECONDS)
+            self.guest.check("true", timeout=GUEST_WAIT_SECONDS)
+        except RunnerError as again:
+            raise RunAborted(
+                f"cell {cell.id}: {failure.line}; the guest did not answer again: {again}"
+            ) from error
+
+    def artifacts(self, trial_root: Path | None, cell: Cell) -> tuple[RetainedFile, ...]:
+        """Every retained file of the cell, with its digest: the trial tree and proxy counts
+        (either may be missing when the cell failed before it)."""
+        files = (
+            [path for path in sorted(trial_root.rglob("*")) if path.is_file()] if trial_root else []
+        )
+        files += [path for path in [self.paths.proxy_counts(cell.id)] if path.exists()]
         return tuple(
             RetainedFile(path=str(path.relative_to(self.paths.run_dir)), sha256=file_digest(path))
             for path in files

@@ -32,7 +32,8 @@ def execute_command(lock_path: Path | None, run_dir: Path | None, reset: bool, l
     """Run the lock's frozen schedule in the lab's frozen guest, one cell at a time.
 
     Exit code 0 when the receipt is ``completed`` or ``completed_with_indeterminate``, 1 when it
-    is ``failed_closed``."""
+    is ``failed_closed``. A run that stops early still writes its receipt (failed closed) and
+    exits with one line: 2 when the input was at fault (a lock or lab that do not agree), else 1."""
     if run_dir is None:
         lock_path = lock_path or Path("locks/demo.toml")
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -23,7 +23,7 @@ from runner.freeze.paths import FreezePaths
 from runner.lab.layout import GUEST
 from runner.lab.snapshot import SavedState, save_frozen_state
 from runner.lab.state import LabPaths, LabState, load_lab_state
-from runner.lab.transport import GuestTransport
+from runner.lab.transport import GuestTransport, SshTransport
 from runner.spec.lock import load_lock
 
 COLLECT_SCRIPT = "guest/collect_state.py"
@@ -40,8 +40,8 @@ class Frozen:
     collect_seconds: float
 
 
-def guest_transport(lab: LabState) -> GuestTransport:
-    return GuestTransport(lab.ssh_host, lab.ssh_port, Path(lab.private_key), lab.ssh_user)
+def guest_transport(lab: LabState) -> SshTransport:
+    return SshTransport(lab.ssh_host, lab.ssh_port, Path(lab.private_key), lab.ssh_user)
 
 
 def collect(guest: GuestTransport, scope: FreezeScope) -> tuple[Collected, float]:

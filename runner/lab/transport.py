@@ -1,8 +1,10 @@
-"""The narrow transport to the guest: connect, exec, upload, download, over Paramiko SSH.
+"""The narrow transport to the guest: connect, exec, upload, download.
 
-Everything the runner does inside the guest goes through ``GuestTransport``; ``exec`` returns
-an ``ExecResult`` model. Directory trees travel as tar streams over one exec channel (one round
-trip, no per-file SFTP requests).
+Everything the runner does inside the guest goes through the ``GuestTransport`` protocol;
+``exec`` returns an ``ExecResult`` model. ``SshTransport`` implements it over Paramiko; tests use
+the fake in tests/support/fake_transport.py. Directory trees travel as tar streams over one exec
+channel (one round trip, no per-file SFTP requests). Whatever breaks the connection surfaces as
+a ``GuestError`` naming the guest and what was being done, never as a Paramiko traceback.
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ import shlex
 import socket
 import tarfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
+from typing import Protocol, Self
 
 import paramiko
 from pydantic import BaseModel
@@ -21,8 +26,10 @@ from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_fixe
 
 from runner.core.errors import RunnerError
 
-_CONNECT_ERRORS = (OSError, socket.timeout, paramiko.SSHException, EOFError)
+# What a dropped or refused SSH connection raises from inside Paramiko.
+CONNECTION_ERRORS = (OSError, socket.timeout, paramiko.SSHException, EOFError)
 _CHUNK = 1 << 20
+_IDLE_SECONDS = 0.02
 
 
 class ExecResult(BaseModel):
@@ -41,16 +48,114 @@ class GuestError(RunnerError):
     """The guest did not answer, or a command in it failed where failure is not an outcome."""
 
 
-class GuestTransport:
+class GuestTransport(Protocol):
+    """What the runner needs of a connection to the guest."""
+
+    def connect(self, wait_seconds: float = 0) -> Self: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+    def exec(
+        self, command: str, *, timeout: float | None = None, stdin: bytes | None = None
+    ) -> ExecResult:
+        """Run ``command`` with bash; exit_code None when ``timeout`` passed first."""
+        ...
+
+    def check(self, command: str, *, timeout: float | None = None) -> ExecResult:
+        """``exec``, raising ``GuestError`` unless the command exited 0."""
+        ...
+
+    def upload(self, local: Path, remote_dir: str) -> None: ...
+
+    def download(self, remote_dir: str, local_parent: Path) -> Path:
+        """Copy a remote directory tree under ``local_parent``; returns the local copy."""
+        ...
+
+
+@contextmanager
+def connection_errors(guest: str, doing: str) -> Iterator[None]:
+    """Paramiko's and the socket's errors as one ``GuestError`` line. ``doing`` must not quote
+    the command: a cell's Harbor command carries its bearer."""
+    try:
+        yield
+    except CONNECTION_ERRORS as error:
+        detail = str(error) or type(error).__name__
+        raise GuestError(f"guest at {guest}: {doing}: {detail}") from None
+
+
+def require_ok(result: ExecResult) -> ExecResult:
+    """The ``check`` of every transport: a failed command becomes a ``GuestError``."""
+    if not result.ok:
+        detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise GuestError(
+            f"guest command failed ({result.exit_code}): {result.command}: {detail[0]}"
+        )
+    return result
+
+
+class Channel(Protocol):
+    """The part of ``paramiko.Channel`` that reading a command's output uses."""
+
+    def recv_ready(self) -> bool: ...
+    def recv(self, nbytes: int) -> bytes: ...
+    def recv_stderr_ready(self) -> bool: ...
+    def recv_stderr(self, nbytes: int) -> bytes: ...
+    def exit_status_ready(self) -> bool: ...
+    def recv_exit_status(self) -> int: ...
+    def close(self) -> None: ...
+
+
+def read_channel(
+    channel: Channel, timeout: float | None, clock: Callable[[], float] = time.monotonic
+) -> tuple[int | None, bytes, bytes]:
+    """(exit code, stdout, stderr) of a command; exit code None when ``timeout`` seconds passed
+    first. The deadline is checked on every turn, so a command that never stops printing still
+    times out; the channel is then closed."""
+    started = clock()
+    stdout, stderr = bytearray(), bytearray()
+    while not channel.exit_status_ready():
+        if timeout is not None and clock() - started > timeout:
+            channel.close()
+            return None, bytes(stdout), bytes(stderr)
+        if channel.recv_ready():
+            stdout += channel.recv(_CHUNK)
+        elif channel.recv_stderr_ready():
+            stderr += channel.recv_stderr(_CHUNK)
+        else:
+            time.sleep(_IDLE_SECONDS)
+    # The command ended; what it printed last may still be buffered.
+    while channel.recv_ready():
+        stdout += channel.recv(_CHUNK)
+    while channel.recv_stderr_ready():
+        stderr += channel.recv_stderr(_CHUNK)
+    return channel.recv_exit_status(), bytes(stdout), bytes(stderr)
+
+
+class SshTransport:
+    """``GuestTransport`` over Paramiko SSH."""
+
     def __init__(self, host: str, port: int, key_path: Path, user: str = "root") -> None:
         self.host, self.port, self.key_path, self.user = host, port, key_path, user
         self._client: paramiko.SSHClient | None = None
 
-    def connect(self, wait_seconds: float = 0) -> GuestTransport:
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def connect(self, wait_seconds: float = 0) -> Self:
         """Connect, retrying for up to ``wait_seconds`` while the guest boots."""
 
         @retry(
-            retry=retry_if_exception_type(_CONNECT_ERRORS),
+            retry=retry_if_exception_type(CONNECTION_ERRORS),
             stop=stop_after_delay(wait_seconds),
             wait=wait_fixed(2),
             reraise=True,
@@ -75,18 +180,14 @@ class GuestTransport:
                 transport.set_keepalive(15)
             return client
 
-        try:
+        with connection_errors(self.address, "did not answer SSH"):
             self._client = attempt()
-        except _CONNECT_ERRORS as error:
-            raise GuestError(
-                f"guest at {self.host}:{self.port} did not answer SSH: {error}"
-            ) from None
         return self
 
     @property
     def client(self) -> paramiko.SSHClient:
         if self._client is None:
-            raise GuestError("not connected to the guest")
+            raise GuestError(f"not connected to the guest at {self.address}")
         return self._client
 
     def close(self) -> None:
@@ -94,7 +195,7 @@ class GuestTransport:
             self._client.close()
             self._client = None
 
-    def __enter__(self) -> GuestTransport:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -108,7 +209,7 @@ class GuestTransport:
     def _channel(self, command: str) -> paramiko.Channel:
         transport = self.client.get_transport()
         if transport is None or not transport.is_active():
-            raise GuestError("the SSH connection to the guest is closed")
+            raise GuestError(f"the SSH connection to the guest at {self.address} is closed")
         channel = transport.open_session(window_size=16 * _CHUNK, max_packet_size=32768)
         channel.exec_command(command)
         return channel
@@ -119,33 +220,12 @@ class GuestTransport:
         """Run ``command`` with bash. At ``timeout`` the channel is closed and exit_code is None;
         killing what the command started is the caller's job (it knows the process group)."""
         started = time.monotonic()
-        channel = self._channel(f"bash -c {shlex.quote(command)}")
-        if stdin is not None:
-            channel.sendall(stdin)
-        channel.shutdown_write()
-        stdout, stderr = bytearray(), bytearray()
-        while True:
-            if channel.recv_ready():
-                stdout += channel.recv(_CHUNK)
-            elif channel.recv_stderr_ready():
-                stderr += channel.recv_stderr(_CHUNK)
-            elif channel.exit_status_ready():
-                break
-            elif timeout is not None and time.monotonic() - started > timeout:
-                channel.close()
-                return self._result(command, None, stdout, stderr, started)
-            else:
-                time.sleep(0.02)
-        while channel.recv_ready():
-            stdout += channel.recv(_CHUNK)
-        while channel.recv_stderr_ready():
-            stderr += channel.recv_stderr(_CHUNK)
-        return self._result(command, channel.recv_exit_status(), stdout, stderr, started)
-
-    @staticmethod
-    def _result(
-        command: str, code: int | None, stdout: bytearray, stderr: bytearray, started: float
-    ) -> ExecResult:
+        with connection_errors(self.address, "running a command"):
+            channel = self._channel(f"bash -c {shlex.quote(command)}")
+            if stdin is not None:
+                channel.sendall(stdin)
+            channel.shutdown_write()
+            code, stdout, stderr = read_channel(channel, timeout)
         return ExecResult(
             command=command,
             exit_code=code,
@@ -155,11 +235,7 @@ class GuestTransport:
         )
 
     def check(self, command: str, *, timeout: float | None = None) -> ExecResult:
-        result = self.exec(command, timeout=timeout)
-        if not result.ok:
-            detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise GuestError(f"guest command failed ({result.exit_code}): {command}: {detail[0]}")
-        return result
+        return require_ok(self.exec(command, timeout=timeout))
 
     def upload(self, local: Path, remote_dir: str) -> None:
         """Copy a file or directory tree into ``remote_dir`` as one tar stream."""
@@ -177,12 +253,14 @@ class GuestTransport:
     def download(self, remote_dir: str, local_parent: Path) -> Path:
         """Copy a remote directory tree under ``local_parent``; returns the local copy."""
         parent, name = remote_dir.rstrip("/").rsplit("/", 1)
-        channel = self._channel(f"tar -c -C {shlex.quote(parent or '/')} {shlex.quote(name)}")
-        channel.shutdown_write()
-        data = bytearray()
-        while chunk := channel.recv(_CHUNK):
-            data += chunk
-        if channel.recv_exit_status() != 0:
+        with connection_errors(self.address, f"copying {remote_dir} back"):
+            channel = self._channel(f"tar -c -C {shlex.quote(parent or '/')} {shlex.quote(name)}")
+            channel.shutdown_write()
+            data = bytearray()
+            while chunk := channel.recv(_CHUNK):
+                data += chunk
+            status = channel.recv_exit_status()
+        if status != 0:
             raise GuestError(f"could not copy {remote_dir} from the guest")
         local_parent.mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(bytes(data)), mode="r") as archive:

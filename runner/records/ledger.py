@@ -99,12 +99,30 @@ def unattributed_provider_post_requests(physical_posts: int, logical_attempts: i
     return max(0, physical_posts - logical_attempts)
 
 
+class Failure(FrozenModel):
+    """An exception that ended a cell or a run early: which, and in which phase."""
+
+    phase: str
+    exception_type: str
+    message: str
+
+    @classmethod
+    def of(cls, error: BaseException, phase: str) -> Failure:
+        return cls(phase=phase, exception_type=type(error).__name__, message=str(error))
+
+    @property
+    def line(self) -> str:
+        return f"{self.exception_type} in {self.phase}: {self.message}"
+
+
 class AttemptRecord(FrozenModel):
     cell_id: str
     attempt: int = Field(ge=1)
     status: Literal["started", "finished", "interrupted"]
     started_at: datetime
     interrupted_noted_at: datetime | None = None
+    # Optional, so attempt records written before it existed still load.
+    failure: Failure | None = None
 
 
 def now() -> datetime:
@@ -173,6 +191,13 @@ class Ledger:
         if path.exists():
             record = read_model(path, AttemptRecord)
             write_model(path, record.model_copy(update={"status": "finished"}))
+
+    def note_failure(self, cell_id: str, attempt: int, failure: Failure) -> None:
+        """Keep the exception that ended the attempt in its record, before anything else can
+        fail: the evidence of what went wrong outlives the ledger line."""
+        path = self.paths.attempt(cell_id, attempt)
+        record = read_model(path, AttemptRecord)
+        write_model(path, record.model_copy(update={"failure": failure}))
 
     def attempts(self, cell_id: str) -> list[AttemptRecord]:
         directory = self.paths.attempts_dir / cell_id

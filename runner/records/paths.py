@@ -9,6 +9,7 @@
     proxy/<cell>.json     per-cell physical POST and usage counts (never a key)
     scan.json             credential scan of every retained root
     verify/               frozen-state audits (final.json + ansible-runner artifacts)
+    aborted.json          why the last execute stopped early (absent when it ran to the end)
     receipt.json          the receipt (status per batch and overall)
     report.md, report.png the human report
 """
@@ -70,6 +71,13 @@ class RunPaths:
     @property
     def final_verify(self) -> Path:
         return self.verify_dir / "final.json"
+
+    @property
+    def aborted(self) -> Path:
+        return self.run_dir / "aborted.json"
+
+    def earlier_abort(self, stamp: str) -> Path:
+        return self.attempts_dir / f"aborted-{stamp}.json"
 
     @property
     def receipt(self) -> Path:

@@ -1,38 +1,44 @@
 """``runner execute``: the frozen schedule, one cell at a time, in the frozen guest.
 
-Refuses to start unless the lock, the schedule, the lab's freeze and a fresh verify agree.
-At the end: credential scan, final verify, receipt and report.
+Three stages: preflight (refuses to start unless the lock, the schedule, the lab's freeze and a
+fresh verify agree), cells, finish (credential scan, final verify). Whichever stage raises, the
+receipt and the report are written; the receipt then fails closed with the reason.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from rich.console import Console
 from rich.live import Live
 
-from runner.cells.cell import CellRunner
+from runner.cells.cell import CellRunner, RunAborted
 from runner.core.errors import InputError, RunnerError
 from runner.core.files import write_atomic, write_model
 from runner.core.roots import REPO_ROOT
 from runner.freeze.manifest import FreezeManifest
-from runner.freeze.record import load_freeze
+from runner.freeze.record import guest_transport, load_freeze
 from runner.freeze.reset import reset_lab
 from runner.lab.state import LabPaths, LabState, load_lab_state
 from runner.lab.transport import GuestTransport
 from runner.proxy import CredentialProxy
-from runner.records.ledger import Ledger
+from runner.records.ledger import Failure, Ledger, now
+from runner.records.paths import RunPaths
 from runner.run.progress import RunProgress
-from runner.run.receipt import Receipt
+from runner.run.receipt import Receipt, RunAbort, Stage
 from runner.run.report import write_report
 from runner.run.run_dir import OpenRun, open_run
 from runner.run.scan import SecretKind, new_canary, scan_run
 from runner.spec.lock import Lock
 from runner.verify.audit import audit, render_drifts, ssh_host_vars
 from runner.verify.report import VerifyReport
+
+GUEST_CONNECT_SECONDS = 120.0
 
 
 class GuestDrifted(RunnerError):
@@ -45,6 +51,57 @@ class ExecuteOptions:
     run_dir: Path
     lab: str
     reset: bool = True
+
+
+class Lab(Protocol):
+    """What execute needs of the lab: the seam by which tests run execute without a VM."""
+
+    @property
+    def proxy_port(self) -> int: ...
+
+    def check(self, run: OpenRun) -> None:
+        """Raise unless the lab was provisioned and frozen for the run's lock."""
+        ...
+
+    def transport(self) -> GuestTransport:
+        """A transport to the guest, not yet connected."""
+        ...
+
+    def reset(self, guest: GuestTransport | None = None) -> object:
+        """Restore the guest's frozen state (``guest``: reconnect that transport)."""
+        ...
+
+    def audit(self, evidence: Path) -> VerifyReport: ...
+
+
+@dataclass(frozen=True)
+class FrozenLab:
+    """The lab as deploy and freeze left it: libvirt, the guest over SSH, the freeze."""
+
+    name: str
+    state: LabState
+    manifest: FreezeManifest
+
+    @classmethod
+    def load(cls, name: str) -> FrozenLab:
+        manifest, _saved = load_freeze(name)
+        return cls(name, load_lab_state(LabPaths.for_lab(name)), manifest)
+
+    @property
+    def proxy_port(self) -> int:
+        return self.state.proxy_port
+
+    def check(self, run: OpenRun) -> None:
+        check_identities(run, self.state, self.manifest)
+
+    def transport(self) -> GuestTransport:
+        return guest_transport(self.state)
+
+    def reset(self, guest: GuestTransport | None = None) -> object:
+        return reset_lab(self.name, guest)
+
+    def audit(self, evidence: Path) -> VerifyReport:
+        return audit(self.manifest, ssh_host_vars(self.state), evidence)
 
 
 def check_identities(run: OpenRun, lab: LabState, manifest: FreezeManifest) -> None:
@@ -61,11 +118,11 @@ def check_identities(run: OpenRun, lab: LabState, manifest: FreezeManifest) -> N
         )
 
 
-def audit_guest(manifest: FreezeManifest, lab: LabState, evidence: Path) -> VerifyReport:
-    report = audit(manifest, ssh_host_vars(lab), evidence)
+def audit_guest(lab: Lab, evidence: Path) -> VerifyReport:
+    report = lab.audit(evidence)
     if not report.passed:
         raise GuestDrifted(
-            f"guest drifted from freeze {manifest.sha256}; refusing to run cells:\n"
+            f"guest drifted from freeze {report.freeze_manifest_sha256}; refusing to run cells:\n"
             + render_drifts(report)
         )
     return report
@@ -80,7 +137,7 @@ def take_provider_keys(lock: Lock) -> dict[str, str]:
     keys: dict[str, str] = {}
     for model in lock.models:
         key = os.environ.pop(model.key_env, None) or keys.get(model.key_env)
-        if key is None and model.base_url.startswith("scripted://"):
+        if key is None and model.is_scripted:
             key = secrets.token_urlsafe(32)
         if not key:
             raise InputError(f"model {model.id}: host variable {model.key_env} is not set")
@@ -88,19 +145,18 @@ def take_provider_keys(lock: Lock) -> dict[str, str]:
     return keys
 
 
-def execute(options: ExecuteOptions, console: Console) -> Receipt:
-    run = open_run(options.lock_path, options.run_dir)
-    paths = run.paths
-    ledger = Ledger(paths)
+def preflight(
+    run: OpenRun, ledger: Ledger, lab: Lab, reset: bool, console: Console
+) -> tuple[dict[str, str], str]:
+    """Everything that must agree before a cell runs; returns the provider keys and the run's
+    canary for the credential scan."""
     if ledger.repair_torn_tail():
         console.print("the ledger's last line was torn by a kill: kept under attempts/")
-    lab = load_lab_state(LabPaths.for_lab(options.lab))
-    manifest, _saved = load_freeze(options.lab)
-    check_identities(run, lab, manifest)
+    lab.check(run)
     keys = take_provider_keys(run.lock)
-    if options.reset:
-        reset_lab(options.lab)
-    audit_guest(manifest, lab, paths.verify_dir / "preflight")
+    if reset:
+        lab.reset()
+    audit_guest(lab, run.paths.verify_dir / "preflight")
     pending = ledger.pending(run.schedule.cells)
     console.print(
         f"{'resuming' if run.resumed else 'starting'} {run.lock.name}: "
@@ -108,44 +164,103 @@ def execute(options: ExecuteOptions, console: Console) -> Receipt:
         f"schedule {run.schedule.sha256}"
     )
     canary = new_canary()
-    write_atomic(paths.attempts_dir / "scan-canary.txt", canary.encode())
-    with CredentialProxy(paths, port=lab.proxy_port, keys=keys) as proxy:
-        guest = GuestTransport(lab.ssh_host, lab.ssh_port, Path(lab.private_key), lab.ssh_user)
-        with guest.connect(wait_seconds=120):
-            cells = CellRunner(
-                lock=run.lock,
-                paths=paths,
-                guest=guest,
-                proxy=proxy,
-                task_root=task_root(run.lock),
-                reset_guest=(lambda: reset_lab(options.lab, guest)) if options.reset else None,
-            )
-            progress = RunProgress(
-                total=len(run.schedule.cells), deadline_seconds=run.lock.cell_deadline_seconds
-            )
-            progress.done.extend(ledger.lines())
-            with Live(progress, console=console, refresh_per_second=1, transient=False):
-                for cell in pending:
-                    progress.start(cell)
-                    progress.finish(cells.run(cell, ledger))
-        secrets_by_kind: dict[SecretKind, tuple[str, ...]] = {
-            "provider_key": proxy.secrets_to_scan()["provider_key"],
-            "bearer": proxy.secrets_to_scan()["bearer"],
-            "canary": (canary,),
-        }
-        scan = scan_run(paths, secrets_by_kind)
+    write_atomic(run.paths.attempts_dir / "scan-canary.txt", canary.encode())
+    return keys, canary
+
+
+def run_cells(
+    run: OpenRun, ledger: Ledger, lab: Lab, proxy: CredentialProxy, reset: bool, console: Console
+) -> None:
+    """The pending cells in schedule order; a cell that must stop the run raises RunAborted."""
+    with lab.transport().connect(wait_seconds=GUEST_CONNECT_SECONDS) as guest:
+        cells = CellRunner(
+            lock=run.lock,
+            paths=run.paths,
+            guest=guest,
+            proxy=proxy,
+            task_root=task_root(run.lock),
+            reset_guest=(lambda: lab.reset(guest)) if reset else None,
+        )
+        progress = RunProgress(
+            total=len(run.schedule.cells), deadline_seconds=run.lock.cell_deadline_seconds
+        )
+        progress.done.extend(ledger.lines())
+        with Live(progress, console=console, refresh_per_second=1, transient=False):
+            for cell in ledger.pending(run.schedule.cells):
+                progress.start(cell)
+                progress.finish(cells.run(cell, ledger))
+
+
+def finish(
+    paths: RunPaths, lab: Lab, proxy: CredentialProxy, canary: str, reset: bool, console: Console
+) -> None:
+    """The credential scan of everything the run kept, then the final verify."""
+    secrets = proxy.secrets_to_scan()
+    secrets_by_kind: dict[SecretKind, tuple[str, ...]] = {
+        "provider_key": secrets["provider_key"],
+        "bearer": secrets["bearer"],
+        "canary": (canary,),
+    }
+    scan = scan_run(paths, secrets_by_kind)
     console.print(
         f"credential scan: {'clean' if scan.clean else 'NOT clean'} ({scan.files_scanned} files)"
     )
-    if options.reset:
+    if reset:
         # Every cell ran on a guest restored from the freeze: what the run must not have moved
         # is that frozen state, so it is audited as the next cell would find it. (The last
         # cell's own leftovers, its trial dir and built image, are not frozen state.)
-        reset_lab(options.lab)
-    final = audit(manifest, ssh_host_vars(lab), paths.verify_dir / "final")
+        lab.reset()
+    final = lab.audit(paths.verify_dir / "final")
     write_model(paths.final_verify, final)
     console.print(f"final verify: {'passed' if final.passed else 'DRIFT'}")
-    return write_report(paths.run_dir)
+
+
+def execute(options: ExecuteOptions, console: Console, lab: Lab | None = None) -> Receipt:
+    """Preflight, cells, finish. However it ends, receipt.json and the report are written from
+    what is on disk; a run that raised also leaves aborted.json (its receipt: failed_closed)
+    and raises RunAborted, one line. ``lab``: the lab's seam for tests (default: the frozen lab
+    named by the options)."""
+    run = open_run(options.lock_path, options.run_dir)
+    set_aside_earlier_abort(run.paths)
+    ledger = Ledger(run.paths)
+    stage: Stage = "preflight"
+    try:
+        lab = lab or FrozenLab.load(options.lab)
+        keys, canary = preflight(run, ledger, lab, options.reset, console)
+        stage = "cells"
+        with CredentialProxy(run.paths, port=lab.proxy_port, keys=keys) as proxy:
+            run_cells(run, ledger, lab, proxy, options.reset, console)
+        stage = "finish"
+        finish(run.paths, lab, proxy, canary, options.reset, console)
+    except Exception as error:
+        raise record_abort(run.paths, stage, error) from error
+    finally:
+        # Also after a KeyboardInterrupt: the receipt says what finished (failed closed).
+        receipt = write_report(run.paths.run_dir)
+    return receipt
+
+
+def set_aside_earlier_abort(paths: RunPaths) -> None:
+    """An earlier execute's abort is evidence of that execute, not of this one: kept under
+    attempts/, so the receipt of this execute is not failed by it."""
+    if paths.aborted.exists():
+        stamp = now().strftime("%Y%m%dT%H%M%S%fZ")
+        paths.attempts_dir.mkdir(parents=True, exist_ok=True)
+        paths.aborted.rename(paths.earlier_abort(stamp))
+
+
+def record_abort(paths: RunPaths, stage: Stage, error: Exception) -> RunAborted:
+    """Write aborted.json (with the traceback, for whoever debugs it) and return the one-line
+    error the CLI prints; it keeps the exit code of a RunnerError."""
+    record = RunAbort(
+        failure=Failure.of(error, stage),
+        aborted_at=now(),
+        traceback="".join(traceback.format_exception(error)),
+    )
+    write_model(paths.aborted, record)
+    aborted = RunAborted(f"{record.reason} (receipt failed_closed: {paths.receipt})")
+    aborted.exit_code = error.exit_code if isinstance(error, RunnerError) else 1
+    return aborted
 
 
 def task_root(lock: Lock) -> Path:

@@ -2,24 +2,27 @@
 
 Status per batch: ``failed_closed`` when evidence is missing or contradicts itself (physical
 POSTs < logical attempts, a cell without a ledger line, a leaked credential, a failed or missing
-credential scan or final verify); else ``completed_with_indeterminate`` when any cell is
-indeterminate; else ``completed``. The run's status is its worst batch.
+credential scan or final verify, the run stopped early: aborted.json); else
+``completed_with_indeterminate`` when any cell is indeterminate; else ``completed``. The run's
+status is its worst batch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from itertools import permutations
 from typing import Literal
 
 from pydantic import ConfigDict, Field
 
 from runner.core.models import FrozenModel
-from runner.records.ledger import LedgerLine
+from runner.records.ledger import Failure, LedgerLine
 from runner.records.schedule import Batch, Schedule
 from runner.spec.lock import Lock
 
 Status = Literal["completed", "completed_with_indeterminate", "failed_closed"]
+Stage = Literal["preflight", "cells", "finish"]  # the stages of an execute
 Metric = Literal["provider_tokens", "physical_posts", "wall_seconds"]
 EvidenceState = Literal["clean", "leaks", "failed", "passed", "missing"]
 
@@ -28,6 +31,20 @@ SCRIPTED_PROVIDER_NOTE = (
     "Model answers came from the OFFLINE SCRIPTED PROVIDER (a stand-in that plays reference "
     "solutions or scripted failures), not from a real model."
 )
+
+
+class RunAbort(FrozenModel):
+    """aborted.json: the exception that stopped an execute early, in which stage."""
+
+    failure: Failure
+    aborted_at: datetime
+    traceback: str
+
+    @property
+    def reason(self) -> str:
+        first_line = (self.failure.message.splitlines() or [""])[0]
+        failure = self.failure
+        return f"run stopped early: {failure.exception_type} in {failure.phase}: {first_line}"
 
 
 class Totals(FrozenModel):
@@ -236,8 +253,9 @@ def build_receipt(
     lines: list[LedgerLine],
     credential_scan: EvidenceState,
     final_verify: EvidenceState,
+    aborted: RunAbort | None = None,
 ) -> Receipt:
-    run_reasons = []
+    run_reasons = [aborted.reason] if aborted else []
     if credential_scan != "clean":
         run_reasons.append(f"credential scan: {credential_scan}")
     if final_verify != "passed":

@@ -15,6 +15,7 @@ from runner.run.receipt import (
     EvidenceState,
     GroupSummary,
     Receipt,
+    RunAbort,
     Totals,
     build_receipt,
 )
@@ -54,7 +55,8 @@ def load_run(paths: RunPaths) -> Receipt:
     if schedule.lock_fingerprint != lock.fingerprint:
         raise InputError(f"{paths.schedule}: schedule was made from another lock")
     lines = Ledger(paths).lines()
-    return build_receipt(lock, schedule, lines, scan_state(paths), verify_state(paths))
+    aborted = read_model(paths.aborted, RunAbort) if paths.aborted.exists() else None
+    return build_receipt(lock, schedule, lines, scan_state(paths), verify_state(paths), aborted)
 
 
 def write_report(run_dir: Path) -> Receipt:

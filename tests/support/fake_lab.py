@@ -1,0 +1,42 @@
+"""A lab for ``execute`` with no VM: its guest is a FakeTransport, resets are counted, every
+audit passes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from runner.lab.transport import GuestTransport
+from runner.run.run_dir import OpenRun
+from runner.verify.report import VerifyReport
+from tests.support.fake_transport import FakeTransport
+
+FAKE_FREEZE = "sha256:" + "0" * 64
+
+
+@dataclass
+class FakeLab:
+    guest: FakeTransport
+    proxy_port: int = 0  # any free loopback port
+    resets: int = 0
+
+    def check(self, run: OpenRun) -> None:
+        """The fake lab was provisioned and frozen for any lock."""
+
+    def transport(self) -> GuestTransport:
+        return self.guest
+
+    def reset(self, guest: GuestTransport | None = None) -> object:
+        self.resets += 1
+        return None
+
+    def audit(self, evidence: Path) -> VerifyReport:
+        return VerifyReport(
+            lab="fake",
+            freeze_manifest_sha256=FAKE_FREEZE,
+            checked_at=datetime.now(UTC),
+            seconds=0.0,
+            evidence=str(evidence),
+            checks=("fake:guest",),
+        )

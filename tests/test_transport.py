@@ -1,0 +1,96 @@
+"""The SSH transport's logic that needs no SSH: the read loop's deadline and error wrapping."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from runner.lab.transport import GuestError, SshTransport, connection_errors, read_channel
+
+
+class ChattyChannel:
+    """A command that prints forever and never exits."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def recv_ready(self) -> bool:
+        return True
+
+    def recv(self, nbytes: int) -> bytes:
+        return b"."
+
+    def recv_stderr_ready(self) -> bool:
+        return False
+
+    def recv_stderr(self, nbytes: int) -> bytes:
+        return b""
+
+    def exit_status_ready(self) -> bool:
+        return False
+
+    def recv_exit_status(self) -> int:
+        raise AssertionError("a command that never exits has no exit status")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FinishedChannel(ChattyChannel):
+    """A command that has exited with 7, its output still buffered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stdout = [b"last words"]
+
+    def recv_ready(self) -> bool:
+        return bool(self.stdout)
+
+    def recv(self, nbytes: int) -> bytes:
+        return self.stdout.pop()
+
+    def exit_status_ready(self) -> bool:
+        return True
+
+    def recv_exit_status(self) -> int:
+        return 7
+
+
+def test_a_command_that_keeps_printing_still_times_out():
+    channel = ChattyChannel()
+    started = time.monotonic()
+    code, stdout, _ = read_channel(channel, timeout=0.2)
+    assert code is None
+    assert channel.closed
+    assert stdout.startswith(b"...")
+    assert time.monotonic() - started < 1
+
+
+def test_output_buffered_at_exit_is_kept():
+    assert read_channel(FinishedChannel(), timeout=0.2) == (7, b"last words", b"")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [paramiko.SSHException("Socket is closed"), EOFError(), OSError("reset"), TimeoutError()],
+)
+def test_connection_errors_become_one_guest_error_line(error: Exception):
+    with pytest.raises(GuestError) as raised, connection_errors("127.0.0.1:2222", "copying x"):
+        raise error
+    message = str(raised.value)
+    assert message.startswith("guest at 127.0.0.1:2222: copying x: ")
+    assert "\n" not in message
+    assert raised.value.__cause__ is None
+
+
+def test_an_unreachable_guest_is_a_guest_error_naming_host_and_port(tmp_path: Path):
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    # Nothing listens on the port: the connection is refused at once, on loopback.
+    with pytest.raises(GuestError, match=rf"guest at 127.0.0.1:{port}: did not answer SSH"):
+        SshTransport("127.0.0.1", port, tmp_path / "no-key").connect(wait_seconds=0)
