@@ -10,6 +10,7 @@ apt_packages=(
   qemu-system-arm qemu-system-x86 qemu-efi-aarch64 qemu-utils
   mmdebstrap arch-test qemu-user-static binfmt-support e2fsprogs
   openssh-client git sqlite3 tini socat cpio
+  python3-venv python3-dev build-essential
 )
 missing=()
 for p in "${apt_packages[@]}"; do
@@ -47,4 +48,22 @@ if ! pgrep -x libvirtd >/dev/null; then
 fi
 for _ in $(seq 1 50); do virsh -c qemu:///system version >/dev/null 2>&1 && break; sleep 0.2; done
 
-python3 -m pip install -q -e '.[dev]'
+# The project lives in a venv of its own, made from Debian's Python (its system site is
+# externally managed, PEP 668): <repo>/.venv. The scripts put .venv/bin first on PATH, so runner,
+# pyinfra, ansible-playbook and python3 are the venv's; by hand: `. .venv/bin/activate`.
+# libvirt-python builds from source (python3-dev, build-essential, libvirt-dev, pkg-config).
+# A complete venv is reused; the project is reinstalled when pyproject.toml or the checkout's
+# path changed (the stamp), or when the venv's runner does not start.
+venv=$PWD/.venv
+stamp="$venv/.frozen-bench-installed"
+want="$(sha256sum pyproject.toml | cut -d' ' -f1) $PWD"
+if ! "$venv/bin/python" -c 'import pip' >/dev/null 2>&1; then
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv "$venv"
+fi
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] \
+    || ! env -u PYTHONPATH "$venv/bin/runner" --help >/dev/null 2>&1; then
+  rm -f "$stamp"
+  env -u PYTHONPATH "$venv/bin/python" -m pip install -q -e '.[dev]'
+  echo "$want" > "$stamp"
+fi

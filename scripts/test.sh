@@ -9,8 +9,23 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup-host.sh || exit 1
+# The project's venv (made by setup-host.sh) first: python3, runner, pyinfra and ansible-playbook
+# here and in every test's subprocess are the venv's.
+export PATH="$PWD/.venv/bin:$PATH"
 tiers=${TIERS:-fast vm guest e2e}
 mkdir -p .cache
+
+# The README's commands need nothing but Debian's own Python: setup-host.sh again, then the
+# venv's runner, with a stock PATH (no pyenv, no ~/.local, no activated venv). Idempotent, ~2 s.
+stock_python_check() {
+  [[ " $tiers " == *" fast "* ]] || return 0
+  echo "== stock Debian PATH: setup-host.sh and .venv/bin/runner --help without any other Python"
+  local stock=(env -u PYTHONPATH -u VIRTUAL_ENV PATH=/usr/sbin:/usr/bin:/sbin:/bin)
+  "${stock[@]}" bash scripts/setup-host.sh || exit 1
+  "${stock[@]}" .venv/bin/runner --help >/dev/null || exit 1
+}
+
+stock_python_check
 
 # The cold arm64 image build (~15-20 min under emulation, about one core) is the longest step:
 # it starts now, beside the fast tier, and the VM tiers wait for it. A cached image returns at once.
