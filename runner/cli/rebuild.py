@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def rebuild_command(lab: str, inventory: Path, limit: str | None) -> None:
     started = time.monotonic()
     limit_arguments = ["--limit", limit] if limit else []
     deploy = subprocess.run(
-        ["pyinfra", "-y", *limit_arguments, str(inventory), "deploy.py"],
+        [sys.executable, "-m", "pyinfra", "-y", *limit_arguments, str(inventory), "deploy.py"],
         cwd=REPO_ROOT,
         env={**os.environ, "LAB": lab},
         check=False,
