@@ -17,10 +17,11 @@ from deploy.hypervisor import hypervisor_prerequisites
 from deploy.lab import SSH_WAIT_SECONDS, lab_vm, prepare_lab
 from images.store import ImageStore
 from runner.lab.state import HypervisorPaths, LabPaths
-from runner.spec.lock import load_lock
+from runner.spec.resolution import load_resolved_lock
 
 with one_line_errors():
-    lock = load_lock(Path(host.data.lock))
+    # With its resolution: the lab is deployed for the resolved environment's fingerprint.
+    lock = load_resolved_lock(Path(host.data.lock))
     lab = host.data.lab
     if not host.data.get("lab_guest"):
         pool_dir = (

@@ -25,6 +25,7 @@ from runner.spec.platform import GuestPlatform
 
 REPO = Path(__file__).resolve().parents[1]
 LOCKS = REPO / "locks"
+PYPI = "https://pypi.org/simple"
 
 
 def _resolve(lock: Lock, cache: Path, *sections: Section) -> Resolved:
@@ -34,7 +35,7 @@ def _resolve(lock: Lock, cache: Path, *sections: Section) -> Resolved:
 
 def test_seed_54_fails_closed_naming_each_missing_pin(tmp_path: Path) -> None:
     result = subprocess.run(
-        ["runner", "resolve", str(LOCKS / "seed-54.toml")],
+        ["runner", "resolve", "--update", str(LOCKS / "seed-54.toml")],
         capture_output=True,
         text=True,
         env={**os.environ, CACHE_ENV: str(tmp_path)},
@@ -141,7 +142,9 @@ def test_debian_packages_beyond_the_image(tmp_path: Path) -> None:
 
 
 def test_harbor_wheels_for_the_guest_python_and_arch() -> None:
-    plan = asyncio.run(plan_wheels("harbor==0.20.0", GuestPlatform("aarch64"), glibc_minor=41))
+    plan = asyncio.run(
+        plan_wheels("harbor==0.20.0", PYPI, GuestPlatform("aarch64"), glibc_minor=41)
+    )
     assert plan.unavailable == []
     wheels = {item.name: item.wanted.filename for item in plan.planned}
     assert wheels["harbor"] == "harbor-0.20.0-py3-none-any.whl"

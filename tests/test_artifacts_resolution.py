@@ -11,6 +11,7 @@ from runner.core.errors import InputError, RunnerError
 from runner.core.files import write_model
 from runner.spec.lock import load_lock
 from runner.spec.resolution import (
+    HarnessTree,
     PinnedArtifact,
     Resolution,
     ResolverTools,
@@ -39,7 +40,7 @@ def _resolution(*artifacts: PinnedArtifact) -> Resolution:
     lock = load_lock(DEMO)
     return Resolution(
         lock_name=lock.name,
-        environment_fingerprint=lock.environment_fingerprint,
+        lock_environment=lock.environment_inputs,
         arch="aarch64",
         suite="trixie",
         tools=ResolverTools(apt="apt 2.6.1 (amd64)", npm="11.19.1", pip="pip 26.3"),
@@ -67,11 +68,43 @@ def test_unknown_field_is_refused(tmp_path: Path) -> None:
 
 def test_resolution_of_another_lock_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "demo.resolved.json"
-    write_model(
-        path, _resolution().model_copy(update={"environment_fingerprint": "sha256:" + "0" * 64})
-    )
-    with pytest.raises(RunnerError, match="run 'runner resolve' again"):
+    other = _resolution().model_dump(mode="json") | {"lock_environment": "sha256:" + "0" * 64}
+    del other["environment_fingerprint"]
+    write_model(path, Resolution.model_validate(other))
+    with pytest.raises(RunnerError, match=r"run 'runner resolve --update LOCK'$"):
         load_resolution(path, load_lock(DEMO))
+
+
+def test_a_stated_fingerprint_must_be_what_the_artifacts_give(tmp_path: Path) -> None:
+    path = tmp_path / "demo.resolved.json"
+    stale = _resolution(_artifact(digest="b" * 64)).environment_fingerprint
+    path.write_text(
+        _resolution().model_dump_json().replace(_resolution().environment_fingerprint, stale)
+    )
+    with pytest.raises(InputError, match="is not the one its artifacts give"):
+        load_resolution(path, load_lock(DEMO))
+
+
+def test_every_kind_of_artifact_is_in_the_fingerprint() -> None:
+    """A changed digest or version of any kind of artifact (Debian package, wheel, npm
+    tarball, runtime) or a harness lockfile is another environment; a mirror URL is not."""
+    base = _resolution(*(_artifact().model_copy(update={"kind": kind}) for kind in _KINDS))
+    seen = {base.environment_fingerprint}
+    for index, kind in enumerate(_KINDS):
+        for change in ({"sha256": "sha256:" + "c" * 64}, {"version": "99"}):
+            artifacts = list(base.artifacts)
+            artifacts[index] = artifacts[index].model_copy(update=change)
+            seen.add(_resolution(*artifacts).environment_fingerprint)
+        assert len(seen) == 1 + 2 * (index + 1), kind
+    moved = (base.artifacts[0].model_copy(update={"url": "https://mirror.example/x"}),)
+    assert _resolution(*moved, *base.artifacts[1:]).environment_fingerprint in seen
+    tree = HarnessTree(harness="h", sources=("npm:a@1",), lockfile="sha256:" + "d" * 64)
+    with_tree = base.model_copy(update={"harness_trees": (tree,)}).model_dump()
+    del with_tree["environment_fingerprint"]
+    assert Resolution.model_validate(with_tree).environment_fingerprint not in seen
+
+
+_KINDS = ("deb", "wheel", "npm", "node-binary", "bun-binary")
 
 
 def test_path_is_beside_the_lock_named_after_it() -> None:

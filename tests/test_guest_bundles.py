@@ -109,7 +109,7 @@ def test_a_harness_tree_is_installed_offline_from_the_stored_tarballs(
         lockfile=store.add_bytes(json.dumps(lockfile).encode(), "package-lock.json"),
     )
     resolution = Resolution(
-        lock_name="t", environment_fingerprint="sha256:" + "0" * 64, arch="aarch64", suite="trixie",
+        lock_name="t", lock_environment="sha256:" + "0" * 64, arch="aarch64", suite="trixie",
         tools=ResolverTools(apt="apt", npm="11", pip="pip"), artifacts=(tarball,),
         harness_trees=(tree,),
     )  # fmt: skip

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from runner.core.errors import InputError
+from runner.core.errors import InputError, RunnerError
 from runner.spec.lock import load_lock
 
 CASES = json.loads((Path(__file__).parent / "bad_locks" / "cases.json").read_text())
@@ -83,16 +83,24 @@ def test_cli_bad_lock_exit_2_without_traceback(
     assert not (tmp_path / "schedule.json").exists()
 
 
-def test_environment_fingerprint_ignores_what_the_guest_is_not_made_of(
+def test_environment_inputs_ignore_what_the_guest_is_not_made_of(
     seed_lock_path: Path, tmp_path: Path
 ) -> None:
     base = load_lock(seed_lock_path)
     changed = tmp_path / "lock.toml"
     text = seed_lock_path.read_text()
     changed.write_text(text.replace("repeats = 3", "repeats = 1").replace("1800", "60"))
-    assert load_lock(changed).environment_fingerprint == base.environment_fingerprint
+    assert load_lock(changed).environment_inputs == base.environment_inputs
     changed.write_text(text.replace('bun = "1.3.14"', 'bun = "1.3.15"'))
-    assert load_lock(changed).environment_fingerprint != base.environment_fingerprint
+    assert load_lock(changed).environment_inputs != base.environment_inputs
+
+
+def test_environment_fingerprint_needs_the_resolution(seed_lock_path: Path) -> None:
+    lock = load_lock(seed_lock_path)
+    with pytest.raises(RunnerError, match="its resolution was not loaded"):
+        _ = lock.environment_fingerprint
+    resolved = lock.with_environment("sha256:" + "e" * 64)
+    assert resolved.for_model(lock.models[0].id).environment_fingerprint == "sha256:" + "e" * 64
 
 
 def test_only_a_scripted_base_url_is_the_scripted_provider(seed_lock_path: Path) -> None:

@@ -38,6 +38,8 @@ class Wanted:
     filename: str
     sha256: str | None = None
     integrity: str | None = None
+    # Who states the digest, for the error line when the bytes differ.
+    stated_by: str = "the source"
 
     def __post_init__(self) -> None:
         if self.sha256 is None and self.integrity is None:
@@ -182,7 +184,7 @@ def _verify(
 ) -> None:
     if item.sha256 is not None and item.sha256 != "sha256:" + sha256_hex:
         raise CorruptArtifact(
-            f"{item.url}: sha256 is sha256:{sha256_hex}, the source says {item.sha256}"
+            f"{item.url}: sha256 is sha256:{sha256_hex}, {item.stated_by} says {item.sha256}"
         )
     if (
         integrity is not None

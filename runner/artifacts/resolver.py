@@ -34,7 +34,13 @@ from runner.cache.store import ArtifactStore
 from runner.core.errors import RunnerError
 from runner.spec.lock import Lock
 from runner.spec.platform import GuestPlatform
-from runner.spec.resolution import HarnessTree, PinnedArtifact, Resolution, ResolverTools
+from runner.spec.resolution import (
+    HarnessTree,
+    PinnedArtifact,
+    Resolution,
+    ResolverTools,
+    environment_fingerprint,
+)
 
 Section = Literal["debs", "wheels", "tools", "harnesses"]
 ALL_SECTIONS: frozenset[Section] = frozenset(("debs", "wheels", "tools", "harnesses"))
@@ -77,7 +83,7 @@ async def resolve_lock(
         if "tools" in sections:
             checks.append(node_pin_problem(lock.tools.node, registry, platform))
         if "wheels" in sections:
-            checks.append(harbor_pin_problem(session, lock.tools.harbor))
+            checks.append(harbor_pin_problem(session, lock.tools.harbor, lock.tools.python_index))
         problems = [line for lines in await asyncio.gather(*checks) for line in lines]
         if problems:
             raise UnavailableArtifacts(problems)
@@ -94,21 +100,26 @@ async def resolve_lock(
     # A package in several trees is one file: fetch it once.
     wanted = {planned.wanted.url: planned.wanted for planned in plan.planned}
     report = await fetch_all(store, list(wanted.values()), console)
+    artifacts = _artifacts(plan.planned, report)
+    harness_trees = tuple(
+        HarnessTree(
+            harness=tree.harness,
+            sources=tree.sources,
+            lockfile=store.add_bytes(tree.lockfile, f"{tree.harness}-package-lock.json"),
+        )
+        for tree in plan.trees
+    )
     resolution = Resolution(
         lock_name=lock.name,
-        environment_fingerprint=lock.environment_fingerprint,
+        lock_environment=lock.environment_inputs,
+        environment_fingerprint=environment_fingerprint(
+            lock.environment_inputs, artifacts, harness_trees
+        ),
         arch=lock.guest.arch,
         suite=lock.guest.suite,
         tools=await _resolver_tools(),
-        artifacts=_artifacts(plan.planned, report),
-        harness_trees=tuple(
-            HarnessTree(
-                harness=tree.harness,
-                sources=tree.sources,
-                lockfile=store.add_bytes(tree.lockfile, f"{tree.harness}-package-lock.json"),
-            )
-            for tree in plan.trees
-        ),
+        artifacts=artifacts,
+        harness_trees=harness_trees,
     )
     return Resolved(resolution, report)
 
@@ -131,7 +142,8 @@ async def _plan_debs_and_wheels(
     plan = debian.plan if "debs" in sections else Plan()
     if "wheels" in sections:
         requirement = f"harbor=={lock.tools.harbor}"
-        plan.merge(await plan_wheels(requirement, platform, debian.glibc_minor))
+        index = lock.tools.python_index
+        plan.merge(await plan_wheels(requirement, index, platform, debian.glibc_minor))
     return plan
 
 

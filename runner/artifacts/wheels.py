@@ -1,7 +1,8 @@
 """Harbor and its dependencies as wheels for the guest's CPython and architecture.
 
 pip chooses them (``install --dry-run --report`` with the guest's platform tags and Python
-version); its report gives each wheel's PyPI URL and sha256, checked when it is downloaded.
+version) from the lock's ``tools.python_index`` (PyPI unless a test points it at a loopback
+index); its report gives each wheel's URL and sha256, checked when it is downloaded.
 Only wheels: the guest has no compiler and no network, so a dependency published only as a
 source distribution fails closed here, naming it.
 """
@@ -23,11 +24,14 @@ from runner.artifacts.versions import nearest_version
 from runner.spec.platform import GuestPlatform
 
 GUEST_PYTHON = "3.13"  # Debian trixie's python3
-_PYPI_JSON = "https://pypi.org/pypi/{name}/json"
+# PEP 691's JSON form of the simple API; PEP 700 adds the project's "versions".
+_SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 _NO_WHEEL = re.compile(r"No matching distribution found for (\S+)")
 
 
-async def plan_wheels(requirement: str, platform: GuestPlatform, glibc_minor: int) -> Plan:
+async def plan_wheels(
+    requirement: str, index: str, platform: GuestPlatform, glibc_minor: int
+) -> Plan:
     plan = Plan()
     python_tag = "cp" + GUEST_PYTHON.replace(".", "")
     platforms = [
@@ -42,7 +46,7 @@ async def plan_wheels(requirement: str, platform: GuestPlatform, glibc_minor: in
                     "--target", str(Path(workdir) / "target"), "--report", str(report_path),
                     "--only-binary=:all:", "--python-version", GUEST_PYTHON,
                     "--implementation", "cp", "--abi", python_tag, "--abi", "abi3",
-                    "--abi", "none", *platforms, requirement,
+                    "--abi", "none", *platforms, "--index-url", index, requirement,
                 ],
                 f"pip wheels for {requirement}",
                 env=pip_env(),
@@ -72,18 +76,20 @@ async def plan_wheels(requirement: str, platform: GuestPlatform, glibc_minor: in
     return plan
 
 
-async def pypi_problem(session: aiohttp.ClientSession, name: str, version: str) -> str | None:
-    """None when PyPI has ``name==version``, else what to write after the name."""
-    project = await get_json(session, _PYPI_JSON.format(name=name), "application/json")
+async def pypi_problem(
+    session: aiohttp.ClientSession, index: str, name: str, version: str
+) -> str | None:
+    """None when the index has ``name==version``, else what to write after the name."""
+    project = await get_json(session, f"{index.rstrip('/')}/{name}/", _SIMPLE_JSON)
     if project is None:
-        return "not on PyPI (no project of that name)"
-    releases = {number for number, files in project["releases"].items() if files}
+        return f"not on {index} (no project of that name)"
+    releases = set(project.get("versions", ()))
     if version in releases:
         return None
     nearest = nearest_version(version, releases)
-    return "not on PyPI" + (f"; nearest: {nearest}" if nearest else "")
+    return f"not on {index}" + (f"; nearest: {nearest}" if nearest else "")
 
 
-async def harbor_pin_problem(session: aiohttp.ClientSession, harbor: str) -> list[str]:
-    problem = await pypi_problem(session, "harbor", harbor)
+async def harbor_pin_problem(session: aiohttp.ClientSession, harbor: str, index: str) -> list[str]:
+    problem = await pypi_problem(session, index, "harbor", harbor)
     return [] if problem is None else [f"pypi:harbor=={harbor}: {problem}"]

@@ -1,8 +1,14 @@
-"""``runner resolve LOCK``: fetch every artifact the guest needs and write the resolution.
+"""``runner resolve LOCK``: fetch exactly what LOCK's committed resolution records.
 
-Exit codes: 0 resolved (or, with --check, matching); 1 an artifact its source does not have,
-a download or digest failure, or a --check mismatch; 2 bad input (a malformed lock or
-resolution file).
+The resolution file is authoritative: ``runner resolve LOCK`` fetches its artifacts (URL, size
+and sha256 as recorded) into the host cache and never asks a resolver or rewrites the file; a
+resolution that does not cover the lock any more is refused. ``--update`` resolves afresh,
+writes the resolution (and the harness trees' lockfiles beside it) and prints what changed,
+package by package. ``--check`` resolves afresh and compares, leaving the file as it is.
+
+Exit codes: 0 fetched (or updated, or with --check, matching); 1 an artifact its source does
+not have, a download or digest that differs from the record, or a --check mismatch; 2 bad
+input (a malformed lock or resolution file, or both --update and --check).
 """
 
 from __future__ import annotations
@@ -14,42 +20,128 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from runner.artifacts.resolver import resolve_lock
+from runner.artifacts.recorded import fetch_recorded
+from runner.artifacts.resolver import ALL_SECTIONS, Section, resolve_lock
 from runner.cache.paths import CachePaths
-from runner.core.errors import RunnerError
-from runner.core.files import write_model
+from runner.cache.store import ArtifactStore
+from runner.core.errors import InputError, RunnerError
+from runner.core.files import read_model, write_atomic, write_model
 from runner.core.roots import REPO_ROOT
 from runner.spec.lock import load_lock
-from runner.spec.resolution import load_resolution, resolution_path
+from runner.spec.resolution import (
+    RecordedContent,
+    Resolution,
+    changes,
+    load_resolution,
+    lockfile_path,
+    lockfiles_dir,
+    resolution_path,
+)
 
 
 @click.command("resolve")
 @click.argument("lock_path", metavar="LOCK", type=click.Path(path_type=Path))
 @click.option(
+    "--update",
+    is_flag=True,
+    help="Resolve afresh from the sources, write the resolution and print what changed.",
+)
+@click.option(
     "--check",
     is_flag=True,
-    help="Resolve again and compare with the resolution file; refuse on any difference "
+    help="Resolve afresh and compare with the resolution file; refuse on any difference "
     "(the file is left as it is).",
 )
-def resolve_command(lock_path: Path, check: bool) -> None:
-    """Resolve LOCK's artifacts for its guest into the host cache; write LOCK's resolution."""
+def resolve_command(lock_path: Path, update: bool, check: bool) -> None:
+    """Fetch LOCK's recorded artifacts for its guest into the host cache (--update: re-resolve)."""
+    if update and check:
+        raise InputError("give --update or --check, not both")
+    if update:
+        lines = update_resolution(lock_path)
+    elif check:
+        lines = check_resolution(lock_path)
+    else:
+        lines = fetch_resolution(lock_path)
+    for line in lines:
+        click.echo(line)
+
+
+def fetch_resolution(lock_path: Path, paths: CachePaths | None = None) -> list[str]:
+    """Fetch what the committed resolution records; refuse one that does not cover the lock."""
     lock = load_lock(lock_path)
     path = resolution_path(lock_path, lock)
-    recorded = load_resolution(path, lock) if check else None
-    paths = CachePaths.default()
+    recorded = load_resolution(path, lock, lock_path)
+    paths = paths or CachePaths.default()
     started = time.monotonic()
-    resolved = asyncio.run(resolve_lock(lock, REPO_ROOT, paths, Console(stderr=True)))
-    seconds = time.monotonic() - started
-    artifacts = resolved.resolution.artifacts
-    click.echo(f"{resolved.report.summary()} ({seconds:.1f} s; store {paths.artifacts})")
-    if recorded is not None:
-        difference = recorded.artifact_difference(resolved.resolution)
-        if difference is not None:
-            raise RunnerError(f"{path}: differs from a fresh resolution: {difference}")
-        click.echo(f"{path}: matches a fresh resolution ({len(artifacts)} artifacts)")
-        return
-    write_model(path, resolved.resolution)
-    click.echo(
-        f"{len(artifacts)} artifacts ({resolved.total_bytes / 1e6:.1f} MB) for "
-        f"{lock.guest.arch}, resolution {resolved.resolution.digest} written to {path}"
+    report = asyncio.run(
+        fetch_recorded(recorded, path, REPO_ROOT, ArtifactStore(paths), _console())
     )
+    return [
+        f"{report.summary()} ({time.monotonic() - started:.1f} s; store {paths.artifacts})",
+        f"{path}: as recorded, no change ({len(recorded.artifacts)} artifacts; environment "
+        f"{recorded.environment_fingerprint})",
+    ]
+
+
+def update_resolution(
+    lock_path: Path,
+    paths: CachePaths | None = None,
+    sections: frozenset[Section] = ALL_SECTIONS,
+) -> list[str]:
+    """Resolve afresh, write the resolution and its lockfiles; one line per change."""
+    lock = load_lock(lock_path)
+    path = resolution_path(lock_path, lock)
+    previous = read_model(path, RecordedContent) if path.is_file() else None
+    paths = paths or CachePaths.default()
+    resolution, summary = _resolve(lock_path, paths, sections)
+    _write_lockfiles(path, resolution, ArtifactStore(paths))
+    write_model(path, resolution)
+    before = previous.environment_fingerprint if previous else "(none)"
+    return [
+        summary,
+        *(changes(previous, resolution) or ["no change"]),
+        f"{len(resolution.artifacts)} artifacts for {lock.guest.arch}, written to {path}",
+        f"environment {before} -> {resolution.environment_fingerprint}"
+        if before != resolution.environment_fingerprint
+        else f"environment {before} (unchanged)",
+    ]
+
+
+def check_resolution(lock_path: Path) -> list[str]:
+    lock = load_lock(lock_path)
+    path = resolution_path(lock_path, lock)
+    recorded = load_resolution(path, lock, lock_path)
+    resolution, summary = _resolve(lock_path, CachePaths.default(), ALL_SECTIONS)
+    difference = recorded.artifact_difference(resolution)
+    if difference is not None:
+        raise RunnerError(f"{path}: differs from a fresh resolution: {difference}")
+    return [summary, f"{path}: matches a fresh resolution ({len(resolution.artifacts)} artifacts)"]
+
+
+def _resolve(
+    lock_path: Path, paths: CachePaths, sections: frozenset[Section]
+) -> tuple[Resolution, str]:
+    started = time.monotonic()
+    resolved = asyncio.run(
+        resolve_lock(load_lock(lock_path), REPO_ROOT, paths, _console(), sections)
+    )
+    seconds = time.monotonic() - started
+    summary = (
+        f"{resolved.report.summary()} ({seconds:.1f} s; {resolved.total_bytes / 1e6:.1f} MB; "
+        f"store {paths.artifacts})"
+    )
+    return resolved.resolution, summary
+
+
+def _write_lockfiles(path: Path, resolution: Resolution, store: ArtifactStore) -> None:
+    """The harness trees' lockfiles beside the resolution, and no stale one."""
+    keep = {lockfile_path(path, tree.harness) for tree in resolution.harness_trees}
+    if lockfiles_dir(path).is_dir():
+        for stale in set(lockfiles_dir(path).iterdir()) - keep:
+            stale.unlink()
+    for tree in resolution.harness_trees:
+        write_atomic(lockfile_path(path, tree.harness), store.blob(tree.lockfile).read_bytes())
+
+
+def _console() -> Console:
+    return Console(stderr=True)

@@ -24,7 +24,7 @@ from runner.lab.layout import GUEST
 from runner.lab.snapshot import SavedState, save_frozen_state
 from runner.lab.state import LabPaths, LabState, load_lab_state
 from runner.lab.transport import GuestTransport, SshTransport
-from runner.spec.lock import load_lock
+from runner.spec.resolution import load_resolved_lock
 
 COLLECT_SCRIPT = "guest/collect_state.py"
 ZERO_MEMORY_SCRIPT = "guest/zero_free_memory.py"
@@ -76,7 +76,7 @@ def environment_fingerprint_for(lab: LabState, lock_path: Path | None) -> str:
     """The lab's environment fingerprint; a lock given on the command line must share it."""
     if lock_path is None:
         return lab.environment_fingerprint
-    fingerprint = load_lock(lock_path).environment_fingerprint
+    fingerprint = load_resolved_lock(lock_path).environment_fingerprint
     if fingerprint != lab.environment_fingerprint:
         raise InputError(
             f"{lock_path}: environment {fingerprint} is not the one lab {lab.lab} was deployed "

@@ -2,6 +2,7 @@
 
 <run_dir>/
     lock.toml             the lock exactly as given (bytes)
+    resolution.json       the lock's resolution as it was when the run started (bytes)
     schedule.json         canonical JSON of the schedule; its sha256 is the schedule SHA-256
     cells.jsonl           the ledger: one validated line per finished cell, append-only
     attempts/<cell>/      attempt-<n>.json per attempt (started, interrupted): evidence
@@ -27,6 +28,10 @@ class RunPaths:
     @property
     def lock(self) -> Path:
         return self.run_dir / "lock.toml"
+
+    @property
+    def resolution(self) -> Path:
+        return self.run_dir / "resolution.json"
 
     @property
     def schedule(self) -> Path:

@@ -17,13 +17,14 @@ from typing import Annotated, Literal
 from pydantic import (
     AfterValidator,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 from runner.core.canonical import canonical_json, sha256_digest
-from runner.core.errors import InputError, describe_validation_error
+from runner.core.errors import InputError, RunnerError, describe_validation_error
 from runner.core.models import SHA256_PATTERN, FrozenModel, Slug
 
 SCHEMA_VERSION: Literal[1] = 1
@@ -108,6 +109,9 @@ class Tools(FrozenModel):
     node: str
     bun: str
     harbor: str
+    # The Python package index (PEP 503 "simple" API) Harbor's wheels are chosen from; tests
+    # point it at a loopback index. Part of the environment inputs: another index, another set.
+    python_index: str = Field(default="https://pypi.org/simple", pattern=r"^https?://\S+$")
 
 
 class Harness(FrozenModel):
@@ -191,6 +195,8 @@ class Lock(FrozenModel):
     harnesses: tuple[Harness, ...] = Field(min_length=1)
     tasks: TaskSource
     models: tuple[Model, ...] = Field(min_length=1)
+    # Set from the lock's resolution (runner.spec.resolution.load_resolved_lock), never from TOML.
+    _environment: str | None = PrivateAttr(default=None)
 
     @field_validator("concurrency")
     @classmethod
@@ -212,14 +218,30 @@ class Lock(FrozenModel):
         return sha256_digest(canonical_json(self))
 
     @property
-    def environment_fingerprint(self) -> str:
+    def environment_inputs(self) -> str:
         """The part of the lock the provisioned guest is made of (guest, tools, harnesses,
-        tasks): a lab frozen for it can run any lock that shares it, whatever its models,
-        repeats, deadline or seed."""
+        tasks), whatever its models, repeats, deadline or seed: what a resolution is made for."""
         environment = self.model_dump(
             mode="json", include={"schema_version", "guest", "tools", "harnesses", "tasks"}
         )
         return sha256_digest(canonical_json(environment))
+
+    @property
+    def environment_fingerprint(self) -> str:
+        """What the guest is made of: the environment inputs and every resolved artifact (see
+        runner.spec.resolution). A lab frozen for it can run any lock that shares it. Known
+        only for a lock loaded with its resolution."""
+        if self._environment is None:
+            raise RunnerError(
+                f"lock {self.name}: its resolution was not loaded, so its environment is unknown"
+            )
+        return self._environment
+
+    def with_environment(self, fingerprint: str) -> Lock:
+        """This lock, knowing its resolution's environment fingerprint."""
+        copy = self.model_copy()
+        copy._environment = fingerprint
+        return copy
 
     def for_model(self, model_id: str) -> Lock:
         """The lock narrowed to one model: what one batch of the run is frozen to."""

@@ -2,23 +2,29 @@
 
 The lock says what was asked; the resolution (``<lock dir>/<lock name>.resolved.json``,
 canonical JSON) says what the sources had: each artifact's kind, name, version, source URL,
-file name and ``sha256:`` digest, the resolver tools' versions and the fingerprint of the lock it
-was resolved for. Two resolutions are the same when their content is: ``runner resolve --check``
-compares a fresh one with the file and refuses on any difference.
+file name and ``sha256:`` digest, the resolver tools' versions and the digest of the lock's
+environment inputs it was resolved for (``lock_environment``). A committed resolution is
+authoritative: ``runner resolve`` fetches exactly what it records and never re-resolves; only
+``runner resolve --update`` asks the sources again.
+
+The environment fingerprint is what the guest is made of: the lock's environment inputs and
+every artifact the resolution gives the guest (kind, name, version, sha256) and each harness
+tree's lockfile digest. A new transitive dependency is a new fingerprint, so a lab deployed or
+frozen for the old one is refused.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.errors import RunnerError
 from runner.core.files import read_model
 from runner.core.models import FrozenModel, Sha256, Slug
-from runner.spec.lock import Lock
+from runner.spec.lock import Lock, load_lock
 
 ArtifactKind = Literal["deb", "wheel", "npm", "node-binary", "bun-binary"]
 
@@ -68,16 +74,43 @@ class ResolverTools(FrozenModel):
     pip: str
 
 
+class _FingerprintInputs(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    lock_environment: Sha256
+    artifacts: tuple[PinnedArtifact, ...]
+    harness_trees: tuple[HarnessTree, ...]
+
+
 class Resolution(FrozenModel):
-    schema_version: Literal[1] = 1
+    schema_version: Literal[2] = 2
     lock_name: Slug
-    # Artifacts depend only on what the guest is made of, not on models, repeats or deadline.
+    # Artifacts depend only on what the guest is made of, not on models, repeats or deadline:
+    # the lock's environment inputs (Lock.environment_inputs) it was resolved for.
+    lock_environment: Sha256
+    # Written for people and diffs; computed when omitted, and a file's must match its content.
     environment_fingerprint: Sha256
     arch: Literal["aarch64", "x86_64"]
     suite: Slug
     tools: ResolverTools
     artifacts: tuple[PinnedArtifact, ...]
     harness_trees: tuple[HarnessTree, ...]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fingerprint_of_content(cls, data: Any) -> Any:
+        """Computed when a model is built without it; a file's must be what its content gives."""
+        if not isinstance(data, dict):
+            return data
+        content = _FingerprintInputs.model_validate(data)
+        computed = environment_fingerprint(
+            content.lock_environment, content.artifacts, content.harness_trees
+        )
+        stated = data.get("environment_fingerprint", computed)
+        if stated != computed:
+            raise ValueError(
+                f"environment_fingerprint {stated} is not the one its artifacts give ({computed})"
+            )
+        return {**data, "environment_fingerprint": computed}
 
     @property
     def digest(self) -> str:
@@ -87,7 +120,7 @@ class Resolution(FrozenModel):
         """One line naming the first difference from ``other`` (None when they are equal)."""
         if self == other:
             return None
-        for field in ("environment_fingerprint", "arch", "suite", "tools"):
+        for field in ("lock_environment", "arch", "suite", "tools"):
             mine, theirs = getattr(self, field), getattr(other, field)
             if mine != theirs:
                 return f"{field}: recorded {_short(mine)}, found {_short(theirs)}"
@@ -106,6 +139,76 @@ class Resolution(FrozenModel):
         return "harness_trees: the npm lockfiles differ"
 
 
+def environment_fingerprint(
+    lock_environment: str,
+    artifacts: tuple[PinnedArtifact, ...],
+    harness_trees: tuple[HarnessTree, ...],
+) -> str:
+    """What the guest is made of: the lock's environment inputs and every resolved artifact
+    (kind, name, version, sha256: Debian packages, wheels, npm tarballs and runtimes alike)
+    and harness lockfile. Where a file was fetched from does not change what is installed."""
+    content = {
+        "lock_environment": lock_environment,
+        "artifacts": sorted(
+            (artifact.kind, artifact.name, artifact.version, artifact.sha256)
+            for artifact in artifacts
+        ),
+        "harness_trees": sorted((tree.harness, tree.lockfile) for tree in harness_trees),
+    }
+    return sha256_digest(canonical_json(content))
+
+
+class RecordedContent(BaseModel):
+    """What ``runner resolve --update`` compares, read from a resolution file of any schema
+    version (an older format is replaced, but its packages still say what changed)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    environment_fingerprint: str = "(none)"
+    artifacts: tuple[PinnedArtifact, ...] = ()
+    harness_trees: tuple[HarnessTree, ...] = ()
+
+
+def changes(old: RecordedContent | Resolution | None, new: Resolution) -> list[str]:
+    """What ``new`` changes from ``old``, package by package: ``added``/``removed`` lines and
+    ``name old -> new``; a harness tree whose lockfile changed; empty when nothing did."""
+    before = _versions(old.artifacts if old else ())
+    after = _versions(new.artifacts)
+    lines = []
+    for package in sorted(before.keys() | after.keys()):
+        was, now = before.get(package, {}), after.get(package, {})
+        if not was:
+            lines.append(f"added {package} {_listed(now)}")
+        elif not now:
+            lines.append(f"removed {package} {_listed(was)}")
+        elif was.keys() != now.keys():
+            lines.append(f"{package} {_listed(was)} -> {_listed(now)}")
+        elif was != now:
+            lines.append(
+                f"{package} {_listed(was)}: sha256 {_listed(was, True)} -> {_listed(now, True)}"
+            )
+    old_trees = {tree.harness: tree.lockfile for tree in (old.harness_trees if old else ())}
+    for tree in new.harness_trees:
+        if old_trees.get(tree.harness) != tree.lockfile:
+            lines.append(f"harness tree {tree.harness}: lockfile {tree.lockfile}")
+    lines.extend(
+        f"removed harness tree {harness}"
+        for harness in sorted(old_trees.keys() - {tree.harness for tree in new.harness_trees})
+    )
+    return lines
+
+
+def _versions(artifacts: tuple[PinnedArtifact, ...]) -> dict[str, dict[str, str]]:
+    """``kind:name`` -> version -> sha256 (npm may hold several versions of one package)."""
+    found: dict[str, dict[str, str]] = {}
+    for artifact in artifacts:
+        found.setdefault(f"{artifact.kind}:{artifact.name}", {})[artifact.version] = artifact.sha256
+    return found
+
+
+def _listed(versions: dict[str, str], digests: bool = False) -> str:
+    return ", ".join(versions[v] if digests else v for v in sorted(versions))
+
+
 def _identity(artifact: PinnedArtifact) -> str:
     return f"{artifact.kind}:{artifact.name}@{artifact.version} ({artifact.filename})"
 
@@ -119,12 +222,39 @@ def resolution_path(lock_path: Path, lock: Lock) -> Path:
     return lock_path.parent / f"{lock.name}.resolved.json"
 
 
-def load_resolution(path: Path, lock: Lock) -> Resolution:
-    """Read a resolution and refuse one that was resolved for another lock."""
-    resolution = read_model(path, Resolution)
-    if resolution.environment_fingerprint != lock.environment_fingerprint:
+def lockfiles_dir(resolution_file: Path) -> Path:
+    """The harness trees' npm lockfiles, committed beside the resolution that names their
+    digests (``demo.resolved.json`` -> ``demo.lockfiles/<harness>.package-lock.json``): a fresh
+    clone installs the same trees without asking npm again."""
+    return resolution_file.with_name(
+        resolution_file.name.removesuffix(".resolved.json") + ".lockfiles"
+    )
+
+
+def lockfile_path(resolution_file: Path, harness: str) -> Path:
+    return lockfiles_dir(resolution_file) / f"{harness}.package-lock.json"
+
+
+def load_resolution(path: Path, lock: Lock, lock_path: Path | None = None) -> Resolution:
+    """Read a resolution and refuse one that does not cover the lock's environment."""
+    if not path.is_file():
         raise RunnerError(
-            f"{path}: resolved for environment {resolution.environment_fingerprint}, but the "
-            f"lock's is now {lock.environment_fingerprint}: run 'runner resolve' again"
+            f"{path}: no resolution for lock {lock.name}: run 'runner resolve --update "
+            f"{lock_path or 'LOCK'}'"
+        )
+    resolution = read_model(path, Resolution)
+    if resolution.lock_environment != lock.environment_inputs:
+        raise RunnerError(
+            f"{path}: resolved for lock environment {resolution.lock_environment}, but the "
+            f"lock's is now {lock.environment_inputs}: run 'runner resolve --update "
+            f"{lock_path or 'LOCK'}'"
         )
     return resolution
+
+
+def load_resolved_lock(lock_path: Path, resolution_file: Path | None = None) -> Lock:
+    """The lock with its environment fingerprint, from its resolution (beside it by default)."""
+    lock = load_lock(lock_path)
+    path = resolution_file or resolution_path(lock_path, lock)
+    resolution = load_resolution(path, lock, lock_path)
+    return lock.with_environment(resolution.environment_fingerprint)

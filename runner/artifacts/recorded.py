@@ -1,0 +1,66 @@
+"""Fetching a committed resolution: exactly the recorded artifacts, nothing asked of a resolver.
+
+Every artifact is fetched from its recorded URL and must have its recorded sha256 and size; a
+pinned ``file:`` tarball must still have its recorded digest; each harness tree's lockfile comes
+from the file committed beside the resolution and must have its recorded digest. Any difference
+fails closed, naming the artifact: the record is never rewritten here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from runner.artifacts.fetch import FetchReport, Wanted, fetch_all
+from runner.cache.store import ArtifactStore
+from runner.core.errors import RunnerError
+from runner.spec.resolution import PinnedArtifact, Resolution, lockfile_path
+
+_RECORD = "the resolution"
+
+
+async def fetch_recorded(
+    resolution: Resolution,
+    resolution_file: Path,
+    paths_root: Path,
+    store: ArtifactStore,
+    console: Console,
+) -> FetchReport:
+    for artifact in resolution.artifacts:
+        if artifact.url.startswith("file:"):
+            tarball = paths_root / artifact.url.removeprefix("file:")
+            if not tarball.is_file():
+                raise RunnerError(f"{_name(artifact)}: no such file {tarball}")
+            _check_digest(artifact, store.add_file(tarball))
+    wanted = [
+        Wanted(artifact.url, artifact.filename, sha256=artifact.sha256, stated_by=_RECORD)
+        for artifact in resolution.artifacts
+    ]
+    report = await fetch_all(store, wanted, console)
+    for artifact in resolution.artifacts:
+        fetched = report.fetched[artifact.url]
+        _check_digest(artifact, fetched.digest)
+        if fetched.size != artifact.size:
+            raise RunnerError(
+                f"{_name(artifact)}: {fetched.size} bytes, {_RECORD} records {artifact.size}"
+            )
+    for tree in resolution.harness_trees:
+        path = lockfile_path(resolution_file, tree.harness)
+        if not path.is_file():
+            raise RunnerError(f"{path}: missing; {_RECORD} names it for harness {tree.harness}")
+        digest = store.add_file(path)
+        if digest != tree.lockfile:
+            raise RunnerError(f"{path}: sha256 is {digest}, {_RECORD} records {tree.lockfile}")
+    return report
+
+
+def _check_digest(artifact: PinnedArtifact, digest: str) -> None:
+    if digest != artifact.sha256:
+        raise RunnerError(
+            f"{_name(artifact)}: sha256 is {digest}, {_RECORD} records {artifact.sha256}"
+        )
+
+
+def _name(artifact: PinnedArtifact) -> str:
+    return f"{artifact.kind}:{artifact.name}@{artifact.version} ({artifact.url})"
