@@ -142,15 +142,16 @@ def cluster_bootstrap(statistic: Statistic, samples: Sequence[Sequence[float]]) 
         chosen = indices.astype(int)
         return statistic(*(array[chosen] for array in arrays), axis=axis)
 
-    result = stats.bootstrap(
-        (np.arange(clusters),),
-        on_clusters,
-        n_resamples=BOOTSTRAP_RESAMPLES,
-        vectorized=True,
-        method="percentile",
-        confidence_level=CONFIDENCE,
-        rng=np.random.default_rng(BOOTSTRAP_SEED),
-    )
+    with np.errstate(invalid="ignore"):  # a resample with a zero denominator is inf, not a crash
+        result = stats.bootstrap(
+            (np.arange(clusters),),
+            on_clusters,
+            n_resamples=BOOTSTRAP_RESAMPLES,
+            vectorized=True,
+            method="percentile",
+            confidence_level=CONFIDENCE,
+            rng=np.random.default_rng(BOOTSTRAP_SEED),
+        )
     low, high = (_finite(bound) for bound in result.confidence_interval)
     interval = Interval(low=low, high=high) if low is not None and high is not None else None
     return Estimate(value=value, interval=interval, clusters=clusters)
