@@ -4,6 +4,11 @@ Status per batch: ``failed_closed`` when evidence is missing or contradicts itse
 POSTs < logical attempts, a cell without a ledger line, a leaked credential, a failed or missing
 credential scan or final verify); else ``completed_with_indeterminate`` when any cell is
 indeterminate; else ``completed``. The run's status is its worst batch.
+
+Each batch also carries a ``stats`` section (``runner.run.stats`` computes every number): pass
+rates with Wilson intervals, medians with cluster-bootstrap intervals, each pair of harnesses
+compared once on cells paired by (task, repeat), and order effects by position in the block.
+Renderers only format it. Receipts written before it load with ``stats`` None.
 """
 
 from __future__ import annotations
@@ -243,14 +248,15 @@ def values(lines: Iterable[LedgerLine], metric: Metric) -> list[float]:
     return [float(value) for value in found if value is not None]
 
 
+def matched(subject: Cells, baseline: Cells) -> list[tuple[LedgerLine, LedgerLine]]:
+    """The two harnesses' cells of each (task, repeat) both have."""
+    return [(line, baseline[key]) for key, line in subject.items() if key in baseline]
+
+
 def paired_values(subject: Cells, baseline: Cells, metric: Metric) -> list[list[float]]:
     """Both harnesses' values, aligned by the clusters where both have the metric."""
-    pairs = [
-        (values([subject[key]], metric), values([baseline[key]], metric))
-        for key in subject
-        if key in baseline
-    ]
-    kept = [(s[0], b[0]) for s, b in pairs if s and b]
+    both = [(getattr(s, metric), getattr(b, metric)) for s, b in matched(subject, baseline)]
+    kept = [(float(s), float(b)) for s, b in both if s is not None and b is not None]
     return [[s for s, _ in kept], [b for _, b in kept]]
 
 
@@ -345,9 +351,6 @@ def with_holm(comparisons: list[PassComparison]) -> list[PassComparison]:
 def paired_comparisons(
     pairs: tuple[tuple[str, str], ...], cells: dict[str, Cells]
 ) -> tuple[PairedComparison, ...]:
-    def matched(subject: Cells, baseline: Cells) -> list[tuple[LedgerLine, LedgerLine]]:
-        return [(line, baseline[key]) for key, line in subject.items() if key in baseline]
-
     by_pair = [matched(cells.get(s, {}), cells.get(b, {})) for s, b in pairs]
     primary = with_holm([pass_comparison(pair, "as fail") for pair in by_pair])
     sensitivity = with_holm([pass_comparison(pair, "excluded") for pair in by_pair])
@@ -399,13 +402,13 @@ def order_test(
 def order_effects(batch: Batch, lines: list[LedgerLine], harness_ids: list[str]) -> OrderEffects:
     """Pass rate and wall time by the cell's position inside its block (Latin square rows)."""
     width = len(harness_ids)
-    position_of = {cell.id: (cell.position - 1) % width + 1 for cell in batch.cells}
-    positions = [position_of[line.cell_id] for line in lines]
+    cell_of = {cell.id: cell for cell in batch.cells}  # position and harness as scheduled
+    positions = [(cell_of[line.cell_id].position - 1) % width + 1 for line in lines]
     at = {
         p: [line for line, q in zip(lines, positions, strict=True) if q == p]
         for p in range(1, width + 1)
     }
-    harnesses = [harness_ids.index(line.harness) for line in lines]
+    harnesses = [harness_ids.index(cell_of[line.cell_id].harness) for line in lines]
     return OrderEffects(
         positions=tuple(
             PositionStats(
