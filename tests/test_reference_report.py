@@ -26,11 +26,15 @@ def reference_receipt(seed_lock_path: Path, tmp_path: Path) -> Receipt:
 
 
 def comparison(receipt: Receipt, batch: str, metric: str, subject: str, baseline: str) -> float:
+    """Percent difference of subject vs baseline; the receipt states each pair once, in one
+    direction, so the other direction is its inverse."""
     found = next(b for b in receipt.batches if b.batch == batch).comparisons
-    match = next(
-        c for c in found if (c.metric, c.subject, c.baseline) == (metric, subject, baseline)
-    )
-    return match.percent_difference
+    for c in found:
+        if (c.metric, c.subject, c.baseline) == (metric, subject, baseline):
+            return c.percent_difference
+        if (c.metric, c.subject, c.baseline) == (metric, baseline, subject):
+            return (1 / c.ratio - 1) * 100
+    raise LookupError((batch, metric, subject, baseline))
 
 
 def test_totals_match_published(reference_receipt: Receipt) -> None:

@@ -11,14 +11,21 @@ from runner.records.paths import RunPaths
 from runner.records.schedule import Schedule
 from runner.run.receipt import (
     BatchReceipt,
+    BatchStats,
     Comparison,
     EvidenceState,
+    GroupStats,
     GroupSummary,
+    Metric,
+    OrderTest,
+    PairedComparison,
+    PassComparison,
     Receipt,
     RunAbort,
     Totals,
     build_receipt,
 )
+from runner.run.stats import Estimate, Interval, Methods, Proportion
 from runner.spec.lock import load_lock
 from runner.verify.report import VerifyReport
 
@@ -27,6 +34,11 @@ _METRIC_WORDS = {
     "provider_tokens": "tokens",
     "physical_posts": "physical POSTs",
     "wall_seconds": "wall time",
+}
+_METRIC_FORMATS: dict[Metric, str] = {
+    "provider_tokens": ",.0f",
+    "physical_posts": ",.1f",
+    "wall_seconds": ",.1f",
 }
 
 
@@ -93,14 +105,192 @@ def _table(title: str, groups: tuple[GroupSummary, ...]) -> list[str]:
 
 
 def describe(comparison: Comparison, labels: dict[str, str]) -> str:
-    """E.g. 'Pi + OpenPI vs OMP, tokens: -84.7 % (0.15x; OMP = 6.56x Pi + OpenPI)'."""
+    """E.g. 'Pi + OpenPI vs OMP, tokens: -84.7 % (0.15x; OMP = 6.56x Pi + OpenPI)', then the
+    interval of the ratio when the receipt has one."""
     subject, baseline = labels[comparison.subject], labels[comparison.baseline]
     inverse = 1 / comparison.ratio if comparison.ratio else float("inf")
-    return (
+    text = (
         f"{subject} vs {baseline}, {_METRIC_WORDS[comparison.metric]}: "
         f"{comparison.percent_difference:+.1f} % ({comparison.ratio:.2f}x; "
         f"{baseline} = {inverse:.2f}x {subject})"
     )
+    if comparison.clusters is None:
+        return text
+    interval = fmt_interval(comparison.interval, ".2f")
+    return f"{text}; 95 % CI of the ratio {interval} ({comparison.clusters} clusters)"
+
+
+def fmt_interval(interval: Interval | None, spec: str) -> str:
+    if interval is None:
+        return "[n/a]"
+    return f"[{interval.low:{spec}}, {interval.high:{spec}}]"
+
+
+def fmt_proportion(proportion: Proportion) -> str:
+    if proportion.rate is None:
+        return "no cells"
+    return (
+        f"{proportion.successes}/{proportion.n} = {proportion.rate:.3f} "
+        f"{fmt_interval(proportion.interval, '.3f')}"
+    )
+
+
+def fmt_estimate(estimate: Estimate, spec: str, cells: int) -> str:
+    if estimate.value is None:
+        return NOT_RETURNED
+    text = f"{estimate.value:{spec}} {fmt_interval(estimate.interval, spec)}"
+    return text if estimate.clusters == cells else f"{text} ({estimate.clusters}/{cells} cells)"
+
+
+def fmt_p(p_value: float) -> str:
+    return "<0.001" if p_value < 0.001 else f"{p_value:.3f}"
+
+
+def p_is(p_value: float) -> str:
+    return "p < 0.001" if p_value < 0.001 else f"p = {p_value:.3f}"
+
+
+def _bootstrap_words(methods: Methods) -> str:
+    return (
+        f"{methods.confidence:.0%} CI: {methods.bootstrap}, seed {methods.bootstrap_seed}, "
+        f"{methods.bootstrap_resamples} resamples"
+    )
+
+
+def _uncertainty_table(title: str, groups: tuple[GroupStats, ...]) -> list[str]:
+    rows = [
+        f"| {title} | pass rate [95 % CI] | median wall s [95 % CI] "
+        "| median tokens [95 % CI] | median physical POST [95 % CI] | n clusters |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for group in groups:
+        medians = (
+            fmt_estimate(getattr(group, metric), _METRIC_FORMATS[metric], group.cells)
+            for metric in ("wall_seconds", "provider_tokens", "physical_posts")
+        )
+        rows.append(
+            f"| {group.label} | {fmt_proportion(group.passes)} | {' | '.join(medians)} "
+            f"| {group.cells} |"
+        )
+    return rows
+
+
+def _pass_row(pair: str, test: PassComparison) -> str:
+    difference = "n/a" if test.difference is None else f"{test.difference:+.3f}"
+    detectable = (
+        "none possible"
+        if test.detectable_difference is None
+        else f"{test.detectable_difference:.2f}"
+    )
+    return (
+        f"| {pair} | {test.pairs} | {test.subject_passed} | {test.baseline_passed} "
+        f"| {difference} | {test.subject_only} | {test.baseline_only} "
+        f"| {fmt_p(test.p_value)} | {fmt_p(test.p_holm)} | {detectable} |"
+    )
+
+
+def _sensitivity(pair: str, comparison: PairedComparison) -> str:
+    def stated(test: PassComparison) -> str:
+        return (
+            f"{test.indeterminate}: {test.subject_passed}/{test.pairs} vs "
+            f"{test.baseline_passed}/{test.pairs} (b = {test.subject_only}, "
+            f"c = {test.baseline_only}, {p_is(test.p_value)}, Holm {fmt_p(test.p_holm)})"
+        )
+
+    both = (comparison.passes, comparison.passes_without_indeterminate)
+    return f"- {pair}: " + "; ".join(stated(test) for test in both)
+
+
+def _paired_section(stats: BatchStats, labels: dict[str, str]) -> list[str]:
+    methods = stats.methods
+    names = [f"{labels[c.subject]} vs {labels[c.baseline]}" for c in stats.comparisons]
+    lines = [
+        "### Paired comparisons",
+        "",
+        f"Cells paired by (task, repeat); {stats.direction}. Pass/fail: {methods.paired_test}, "
+        f"indeterminate counted as fail; {methods.correction}. Detectable: {methods.detectable}.",
+        "",
+        "| subject vs baseline | pairs | subject pass | baseline pass | difference "
+        "| b: subject only | c: baseline only | McNemar p | Holm p | detectable difference |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *(_pass_row(name, c.passes) for name, c in zip(names, stats.comparisons, strict=True)),
+        "",
+        "Sensitivity of the pass comparison to indeterminate cells (as fail / pairs with one "
+        "excluded):",
+        "",
+        *(_sensitivity(name, c) for name, c in zip(names, stats.comparisons, strict=True)),
+        "",
+        f"Ratio of medians per cell, paired clusters ({_bootstrap_words(methods)}):",
+        "",
+        "| subject vs baseline | metric | ratio of medians [95 % CI] | n clusters |",
+        "|---|---|---:|---:|",
+    ]
+    for name, comparison in zip(names, stats.comparisons, strict=True):
+        for ratio in comparison.median_ratios:
+            estimate = ratio.ratio
+            value = (
+                NOT_RETURNED
+                if estimate.value is None
+                else f"{estimate.value:.2f} {fmt_interval(estimate.interval, '.2f')}"
+            )
+            lines.append(
+                f"| {name} | {_METRIC_WORDS[ratio.metric]} | {value} | {estimate.clusters} |"
+            )
+    return lines
+
+
+def _order_line(test: OrderTest, methods: Methods) -> str:
+    what = "pass/fail" if test.outcome == "pass" else "wall time"
+    return (
+        f"- {what}: **{test.verdict}** (Kruskal-Wallis H by position within harness "
+        f"{test.by_position.statistic:.2f}, {p_is(test.by_position.p_value)}; by harness "
+        f"within position {test.by_harness.statistic:.2f}, {p_is(test.by_harness.p_value)}; "
+        f"{methods.permutations} permutations, seed "
+        f"{methods.permutation_seed})"
+    )
+
+
+def _order_section(stats: BatchStats) -> list[str]:
+    methods = stats.methods
+    return [
+        "### Order effects (position inside each (task, repeat) block)",
+        "",
+        f"Pass rate: Wilson interval; median wall: {_bootstrap_words(methods)}.",
+        "",
+        "| position | pass rate [95 % CI] | median wall s [95 % CI] | n cells |",
+        "|---:|---:|---:|---:|",
+        *(
+            f"| {p.position} | {fmt_proportion(p.passes)} "
+            f"| {fmt_estimate(p.wall_seconds, ',.1f', p.passes.n)} | {p.passes.n} |"
+            for p in stats.order.positions
+        ),
+        "",
+        f"Test: {methods.order_test}.",
+        "",
+        *(_order_line(test, methods) for test in stats.order.tests),
+    ]
+
+
+def _stats_section(stats: BatchStats, labels: dict[str, str]) -> list[str]:
+    methods = stats.methods
+    caption = (
+        f"Pass rate: {methods.proportion_interval} {methods.confidence:.0%} interval, "
+        f"indeterminate counted as not passed. Medians per cell, {_bootstrap_words(methods)}; "
+        "per harness each (task, repeat) cluster holds one cell."
+    )
+    return [
+        "### Uncertainty per harness",
+        "",
+        caption,
+        "",
+        *_uncertainty_table("harness", stats.harnesses),
+        "",
+        *_uncertainty_table("harness · task", stats.harness_tasks),
+        "",
+        *_paired_section(stats, labels),
+        "",
+        *_order_section(stats),
+    ]
 
 
 def _batch_section(batch: BatchReceipt) -> list[str]:
@@ -117,13 +307,16 @@ def _batch_section(batch: BatchReceipt) -> list[str]:
         "",
         *_table("task", batch.tasks),
         "",
-        "Comparisons (subject vs baseline; percent difference and ratio):",
+        "Comparisons, each pair once (subject vs baseline; percent difference and ratio of "
+        "totals; the interval resamples the paired (task, repeat) clusters):",
         "",
         *(f"- {describe(comparison, labels)}" for comparison in batch.comparisons),
     ]
     missing_tokens = [g.label for g in batch.harnesses if g.totals.provider_tokens is None]
     if missing_tokens:
         lines += ["", f"Provider tokens {NOT_RETURNED} for: {', '.join(missing_tokens)}."]
+    if batch.stats is not None:
+        lines += ["", *_stats_section(batch.stats, labels)]
     return [*lines, ""]
 
 
