@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -12,6 +12,18 @@ SHA256_PATTERN = r"^sha256:[0-9a-f]{64}$"
 Sha256 = Annotated[str, Field(pattern=SHA256_PATTERN)]
 # A name that is safe as a path component and a libvirt/Podman name.
 Slug = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=64)]
+# Beneath a cell's outcome, who or what ended it (runner.cells.failure_class derives it; the
+# ledger records it; a lock's retry policy names the classes it re-runs).
+FailureClass = Literal[
+    "success",
+    "verifier_failure",
+    "model_failure",
+    "harness_failure",
+    "setup_failure",
+    "timeout",
+    "cancelled",
+    "unknown",
+]
 
 
 class FrozenModel(BaseModel):

@@ -12,19 +12,21 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
 from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.errors import InputError, describe_validation_error
-from runner.core.models import SHA256_PATTERN, FrozenModel, Slug
+from runner.core.models import SHA256_PATTERN, FailureClass, FrozenModel, Slug
 
 SCHEMA_VERSION: Literal[1] = 1
 
@@ -178,6 +180,35 @@ class Model(FrozenModel):
         return self.base_url.startswith(SCRIPTED_SCHEME)
 
 
+# Only what the agent did not cause may be re-run: an environment or verifier that could not
+# start, or a provider that answered nothing but errors. A timeout, a verifier's "no" or a
+# crashed harness is the agent's own result; re-running it would give it a second chance.
+RETRYABLE_CLASSES: tuple[FailureClass, ...] = ("setup_failure", "model_failure")
+
+
+class Retry(FrozenModel):
+    """``[retry]``: which failure classes are re-run, and at most how many attempts a cell gets
+    (the first included). Absent: no retries, the reference run's condition."""
+
+    classes: tuple[FailureClass, ...] = Field(min_length=1)
+    max_attempts: int = Field(ge=2, le=10)
+
+    @field_validator("classes", mode="before")
+    @classmethod
+    def _only_what_the_agent_did_not_cause(cls, value: Any) -> Any:
+        if not isinstance(value, list | tuple):
+            return value
+        known = get_args(FailureClass)
+        for name in value:
+            if name in known and name not in RETRYABLE_CLASSES:
+                raise ValueError(
+                    f"'{name}' is the agent's own result and is never re-run; "
+                    f"only {' and '.join(RETRYABLE_CLASSES)} may be"
+                )
+        _reject_duplicates(tuple(str(name) for name in value))
+        return value
+
+
 class Lock(FrozenModel):
     schema_version: Literal[1] = SCHEMA_VERSION
     name: Slug
@@ -191,6 +222,16 @@ class Lock(FrozenModel):
     harnesses: tuple[Harness, ...] = Field(min_length=1)
     tasks: TaskSource
     models: tuple[Model, ...] = Field(min_length=1)
+    retry: Retry | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_retry(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A lock without ``[retry]`` serializes as it did before the section existed, so its
+        canonical JSON, and its fingerprint, stay what they were (published ones included)."""
+        data: dict[str, Any] = handler(self)
+        if self.retry is None:
+            data.pop("retry", None)
+        return data
 
     @field_validator("concurrency")
     @classmethod
@@ -220,6 +261,16 @@ class Lock(FrozenModel):
             mode="json", include={"schema_version", "guest", "tools", "harnesses", "tasks"}
         )
         return sha256_digest(canonical_json(environment))
+
+    def retries(self, failure_class: FailureClass | None, attempts_so_far: int) -> bool:
+        """Whether a cell whose attempt ended in ``failure_class`` is run again, after
+        ``attempts_so_far`` attempts counted against the policy."""
+        policy = self.retry
+        return (
+            policy is not None
+            and failure_class in policy.classes
+            and attempts_so_far < policy.max_attempts
+        )
 
     def for_model(self, model_id: str) -> Lock:
         """The lock narrowed to one model: what one batch of the run is frozen to."""
