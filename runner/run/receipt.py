@@ -19,6 +19,7 @@ from pydantic import ConfigDict, Field
 from runner.core.models import FrozenModel
 from runner.records.ledger import Failure, LedgerLine
 from runner.records.schedule import Batch, Schedule
+from runner.run.failure_summary import FailureClasses, failure_classes
 from runner.spec.lock import Lock
 
 Status = Literal["completed", "completed_with_indeterminate", "failed_closed"]
@@ -124,6 +125,7 @@ class Receipt(FrozenModel):
     credential_scan: EvidenceState
     final_verify: EvidenceState
     batches: tuple[BatchReceipt, ...]
+    failure_classes: FailureClasses | None = None  # absent from receipts written before it
 
 
 def totals(lines: Iterable[LedgerLine]) -> Totals:
@@ -275,4 +277,5 @@ def build_receipt(
         credential_scan=credential_scan,
         final_verify=final_verify,
         batches=batches,
+        failure_classes=failure_classes(lock, schedule, lines),
     )
