@@ -24,6 +24,14 @@ from runner.records.ledger import unattributed_provider_post_requests
 class EventLogCount(FrozenModel):
     logical_attempts: int = Field(ge=0)
     unparsed_lines: int = Field(ge=0, description="non-empty lines that are not JSON objects")
+    provider_errors: int = Field(
+        default=0, ge=0, description="logical attempts that ended with stopReason 'error'"
+    )
+
+    @property
+    def only_provider_errors(self) -> bool:
+        """The harness finished attempts, and every one of them ended in a provider error."""
+        return self.logical_attempts > 0 and self.provider_errors == self.logical_attempts
 
 
 class Reconciliation(FrozenModel):
@@ -43,7 +51,7 @@ class Reconciliation(FrozenModel):
 
 
 def count_logical_attempts(lines: Iterable[str]) -> EventLogCount:
-    attempts = unparsed = 0
+    attempts = unparsed = errors = 0
     for line in lines:
         if not line.strip():
             continue
@@ -62,7 +70,8 @@ def count_logical_attempts(lines: Iterable[str]) -> EventLogCount:
             and message.get("role") == "assistant"
         ):
             attempts += 1
-    return EventLogCount(logical_attempts=attempts, unparsed_lines=unparsed)
+            errors += message.get("stopReason") == "error"
+    return EventLogCount(logical_attempts=attempts, unparsed_lines=unparsed, provider_errors=errors)
 
 
 def count_logical_attempts_in(event_log: Path) -> EventLogCount:

@@ -27,7 +27,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from runner.cells.accounting import count_logical_attempts_in, reconcile
-from runner.cells.classify import classify
+from runner.cells.classify import classify, find_result
+from runner.cells.failure_class import Evidence, failure_class, harbor_evidence
 from runner.core.canonical import file_digest
 from runner.core.errors import RunnerError
 from runner.guest.agent_plan import CONTAINER
@@ -115,6 +116,7 @@ class _Attempt:
     proxy_open: bool = False
     counts: ProxyCellCounts | None = None
     trial_root: Path | None = None
+    retried: int = 0  # earlier attempts of the cell the retry policy re-ran
 
 
 @dataclass
@@ -175,22 +177,36 @@ class CellRunner:
 
     def run(self, cell: Cell, ledger: Ledger) -> LedgerLine:
         """Run one cell and append its ledger line; raises ``RunAborted`` when the run must stop
-        (the module's docstring says when)."""
-        attempt = _Attempt(cell, ledger.begin_attempt(cell))
+        (the module's docstring says when). An attempt whose failure class the lock's retry
+        policy names is kept under attempts/ and the cell runs again: one line per cell."""
+        while True:
+            line, stopped = self._attempt(cell, ledger)
+            again = self.lock.retries(line.failure_class, ledger.retried(cell.id) + 1)
+            if again:
+                ledger.set_aside(line)
+            else:
+                ledger.finish(line)
+            if stopped is not None:
+                self._go_on_after(*stopped, cell)
+            if not again:
+                return line
+
+    def _attempt(
+        self, cell: Cell, ledger: Ledger
+    ) -> tuple[LedgerLine, tuple[Exception, Failure] | None]:
+        """One attempt's line (not yet in the ledger), and what raised when a phase did."""
+        attempt = _Attempt(cell, ledger.begin_attempt(cell), retried=ledger.retried(cell.id))
         try:
-            line = self._phases(attempt)
+            return self._phases(attempt), None
         except Exception as error:
             failure = Failure.of(error, attempt.timer.current or "recording the cell")
             ledger.note_failure(cell.id, attempt.record.attempt, failure)
             self._close_proxy(attempt)
-            line = self._line(attempt, "indeterminate", f"ended early: {failure.line}", 0)
-            ledger.finish(line)
-            self._go_on_after(error, cell, failure)
-            return line
+            evidence = Evidence(ending="runner_error", runner_phase=failure.phase)
+            reason = f"ended early: {failure.line}"
+            return self._line(attempt, "indeterminate", reason, 0, evidence), (error, failure)
         finally:
             self._close_proxy(attempt)  # also on KeyboardInterrupt: the proxy record is written
-        ledger.finish(line)
-        return line
 
     def _phases(self, attempt: _Attempt) -> LedgerLine:
         cell, timer = attempt.cell, attempt.timer
@@ -212,8 +228,8 @@ class CellRunner:
                 str(GUEST.trials(cell.id)), self.paths.trials_dir
             )
         with timer.phase("classify"):
-            outcome, reason, logical_attempts = self._classified(attempt, deadline_passed, killed)
-        return self._line(attempt, outcome, reason, logical_attempts)
+            outcome, reason, logical, evidence = self._classified(attempt, deadline_passed, killed)
+        return self._line(attempt, outcome, reason, logical, evidence)
 
     def _open_proxy(self, attempt: _Attempt) -> str:
         model = self.model(attempt.cell)
@@ -233,9 +249,9 @@ class CellRunner:
 
     def _classified(
         self, attempt: _Attempt, deadline_passed: bool, killed: str
-    ) -> tuple[Outcome, str, int]:
+    ) -> tuple[Outcome, str, int, Evidence]:
         """The verdict from the trial tree, and the accounting of the proxy's record against the
-        harness's event log: (outcome, reason, logical attempts)."""
+        harness's event log: (outcome, reason, logical attempts, failure-class evidence)."""
         assert attempt.trial_root is not None  # copied back by the phase before
         self._close_proxy(attempt)
         assert attempt.counts is not None
@@ -249,13 +265,26 @@ class CellRunner:
         if reconciliation and reconciliation.problems:
             reason = f"{reason}; accounting: {'; '.join(reconciliation.problems)}"
         logical_attempts = reconciliation.logical_attempts if reconciliation else 0
-        return outcome, reason, logical_attempts
+        evidence = (
+            Evidence(ending="deadline")
+            if deadline_passed
+            else harbor_evidence(
+                harbor, find_result(attempt.trial_root) is not None, attempt.counts, logical
+            )
+        )
+        return outcome, reason, logical_attempts, evidence
 
     def _line(
-        self, attempt: _Attempt, outcome: Outcome, reason: str, logical_attempts: int
+        self,
+        attempt: _Attempt,
+        outcome: Outcome,
+        reason: str,
+        logical_attempts: int,
+        evidence: Evidence,
     ) -> LedgerLine:
         """The cell's ledger line from what its phases found (no proxy record: no POSTs)."""
         counts = attempt.counts
+        rule = failure_class(evidence)
         physical_posts = counts.physical_posts if counts else 0
         return LedgerLine(
             **cell_coordinates(attempt.cell),
@@ -273,9 +302,11 @@ class CellRunner:
             ),
             artifacts=self.artifacts(attempt.trial_root, attempt.cell),
             phase_seconds=attempt.timer.seconds,
+            failure_class=rule.failure_class,
+            retried_attempts=attempt.retried,
         )
 
-    def _go_on_after(self, error: Exception, cell: Cell, failure: Failure) -> None:
+    def _go_on_after(self, error: Exception, failure: Failure, cell: Cell) -> None:
         """Return when the run may go on after ``cell`` failed; else raise ``RunAborted``."""
         if not isinstance(error, GuestError):
             raise RunAborted(f"cell {cell.id}: {failure.line}") from error

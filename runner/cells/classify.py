@@ -51,14 +51,23 @@ class HarborTrialResult(_HarborModel):
         rewards = self.verifier_result.rewards if self.verifier_result else None
         return None if not rewards else rewards.get("reward")
 
-    def phase_seconds(self) -> dict[str, float]:
-        phases = {
+    def _phases(self) -> dict[str, _Timing | None]:
+        """Harbor's phases in the order it runs them, by the names the ledger gives them."""
+        return {
             "harbor_environment_setup": self.environment_setup,
             "harbor_agent_setup": self.agent_setup,
             "agent": self.agent_execution,
             "verifier": self.verifier,
         }
-        return {name: round(timing.seconds, 3) for name, timing in phases.items() if timing}
+
+    def phase_seconds(self) -> dict[str, float]:
+        return {name: round(timing.seconds, 3) for name, timing in self._phases().items() if timing}
+
+    @property
+    def last_phase_started(self) -> str | None:
+        """The last of Harbor's phases that has a start time: where an exception struck."""
+        started = [name for name, t in self._phases().items() if t and t.started_at is not None]
+        return started[-1] if started else None
 
 
 def find_result(trial_root: Path) -> Path | None:

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 SHA256_PATTERN = r"^sha256:[0-9a-f]{64}$"
 
@@ -12,9 +19,37 @@ SHA256_PATTERN = r"^sha256:[0-9a-f]{64}$"
 Sha256 = Annotated[str, Field(pattern=SHA256_PATTERN)]
 # A name that is safe as a path component and a libvirt/Podman name.
 Slug = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=64)]
+# Beneath a cell's outcome, who or what ended it (runner.cells.failure_class derives it; the
+# ledger records it; a lock's retry policy names the classes it re-runs).
+FailureClass = Literal[
+    "success",
+    "verifier_failure",
+    "model_failure",
+    "harness_failure",
+    "setup_failure",
+    "timeout",
+    "cancelled",
+    "unknown",
+]
 
 
 class FrozenModel(BaseModel):
     """Base for every file model: unknown fields are errors, instances are immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Fields added to a file format after files of it were written (and fingerprints of them
+    # published): at their default they are left out of the model's JSON, so a file that does
+    # not use them keeps its bytes, its canonical JSON and so its fingerprint.
+    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _omit_late_fields_at_default(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> Any:
+        data = handler(self)
+        for name in self.LATE_FIELDS:
+            field = type(self).model_fields[name]
+            if getattr(self, name) == field.get_default(call_default_factory=True):
+                data.pop(field.alias if info.by_alias and field.alias else name, None)
+        return data

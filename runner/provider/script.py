@@ -92,6 +92,21 @@ def stalled(task_dir: Path) -> ProviderScript:
     )
 
 
+OUTAGE_POSTS = 64  # more than any harness retries one request
+
+
+def provider_outage(task_dir: Path) -> ProviderScript:
+    """A provider down for the whole cell: every POST is answered 503, none with a turn."""
+    return ProviderScript(
+        name=f"provider-outage:{task_dir.name}",
+        turns=(),
+        final_text="Never sent.",
+        faults=tuple(
+            Fault(post=post, kind="http_error", status=503) for post in range(1, OUTAGE_POSTS + 1)
+        ),
+    )
+
+
 def _bash(command: str) -> ToolCall:
     return ToolCall(tool="bash", arguments={"command": command})
 
@@ -101,6 +116,7 @@ SCRIPTS_BY_MODEL = {
     "reference-solution": reference_solution,
     "wrong-answer": wrong_answer,
     "stalled": stalled,
+    "provider-outage": provider_outage,
 }
 
 

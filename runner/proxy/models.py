@@ -63,3 +63,28 @@ class ProxyCellCounts(FrozenModel):
         description="every answered POST (2xx) carried usage; tokens are None when none did"
     )
     requests: tuple[RequestLogEntry, ...] = ()
+    # Optional, so proxy records written before it existed still load (as an empty tally).
+    upstream_statuses: dict[str, int] = Field(
+        default_factory=dict,
+        description="how many requests sent on to the provider got each status, by code "
+        "('502' also for a provider that could not be reached); cancelled ones are not in it",
+    )
+
+    @property
+    def provider_answered(self) -> bool:
+        """At least one request sent on to the provider got a 2xx answer."""
+        return any(code.startswith("2") for code in self.upstream_statuses)
+
+
+UPSTREAM_OUTCOMES: frozenset[RequestOutcome] = frozenset(
+    {"forwarded", "upstream_failed", "client_gone"}
+)
+
+
+def upstream_statuses(entries: tuple[RequestLogEntry, ...]) -> dict[str, int]:
+    """The tally of ``ProxyCellCounts.upstream_statuses`` from the request log."""
+    tally: dict[str, int] = {}
+    for entry in entries:
+        if entry.outcome in UPSTREAM_OUTCOMES and entry.status:
+            tally[str(entry.status)] = tally.get(str(entry.status), 0) + 1
+    return dict(sorted(tally.items()))

@@ -41,7 +41,13 @@ from runner.provider import PROVIDER_MARKER, ProviderScript, ScriptedProvider
 from runner.provider.server import LOOPBACK
 from runner.provider.shapes import shape_for_path
 from runner.proxy.bearer import BEARER_BYTES, new_bearer
-from runner.proxy.models import ProxyCellCounts, RequestLogEntry, RequestOutcome, TokenUsage
+from runner.proxy.models import (
+    ProxyCellCounts,
+    RequestLogEntry,
+    RequestOutcome,
+    TokenUsage,
+    upstream_statuses,
+)
 from runner.proxy.usage import UsageMeter
 from runner.records.paths import RunPaths
 from runner.spec.lock import Model
@@ -397,6 +403,7 @@ class CredentialProxy:
             total_tokens=total("total_tokens"),
             usage_returned=bool(answered) and len(reported) == len(answered),
             requests=entries,
+            upstream_statuses=upstream_statuses(entries),
         )
 
     def _admits(self, cell: _Cell | None, offered: str) -> bool:

@@ -3,7 +3,9 @@
 Each line is flushed and fsynced before the next cell starts. Every attempt leaves a record
 under ``attempts/`` before it starts, so a runner killed mid-cell leaves evidence: on resume the
 interrupted attempt is marked as such and kept, and the cell is run again as a new attempt,
-never counted as a second sample.
+never counted as a second sample. An attempt the lock's retry policy re-runs is kept the same
+way (``set_aside``: its trial tree, proxy record and would-be line under
+``attempts/<cell>/attempt-<n>/``): the ledger holds one line per cell, its final attempt's.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from typing import Literal, TypedDict
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
+from runner.core.canonical import file_digest
 from runner.core.errors import InputError, RunnerError, describe_validation_error
 from runner.core.files import read_model, write_model
-from runner.core.models import FrozenModel, Sha256
+from runner.core.models import FailureClass, FrozenModel, Sha256
 from runner.records.paths import RunPaths
 from runner.records.schedule import Cell
 
@@ -54,6 +57,11 @@ class LedgerLine(FrozenModel):
     # Seconds per phase of the cell (reset, bearer, harbor, copy_back, ..., agent, verifier):
     # what lies outside the agent and the verifier is the runner's overhead.
     phase_seconds: dict[str, float] = Field(default_factory=dict)
+    # Optional, so lines written before they existed still load: None is "not recorded".
+    failure_class: FailureClass | None = None
+    retried_attempts: int = Field(
+        default=0, ge=0, description="earlier attempts of the cell re-run by the retry policy"
+    )
 
     @model_validator(mode="after")
     def _unattributed_matches_counts(self) -> LedgerLine:
@@ -118,11 +126,12 @@ class Failure(FrozenModel):
 class AttemptRecord(FrozenModel):
     cell_id: str
     attempt: int = Field(ge=1)
-    status: Literal["started", "finished", "interrupted"]
+    status: Literal["started", "finished", "interrupted", "retried"]
     started_at: datetime
     interrupted_noted_at: datetime | None = None
-    # Optional, so attempt records written before it existed still load.
+    # Optional, so attempt records written before they existed still load.
     failure: Failure | None = None
+    failure_class: FailureClass | None = None
 
 
 def now() -> datetime:
@@ -187,10 +196,41 @@ class Ledger:
     def finish(self, line: LedgerLine) -> None:
         """Append the cell's line, then mark its attempt record finished."""
         self.append(line)
+        self._mark(line, "finished")
+
+    def _mark(self, line: LedgerLine, status: Literal["finished", "retried"]) -> None:
         path = self.paths.attempt(line.cell_id, line.attempt)
         if path.exists():
             record = read_model(path, AttemptRecord)
-            write_model(path, record.model_copy(update={"status": "finished"}))
+            update = {"status": status, "failure_class": line.failure_class}
+            write_model(path, record.model_copy(update=update))
+
+    def set_aside(self, line: LedgerLine) -> LedgerLine:
+        """Keep an attempt the retry policy re-runs as evidence, out of the ledger: its trial
+        tree and proxy record move under ``attempts/<cell>/attempt-<n>/`` beside the line it
+        would have had (its artifacts at their new paths); its record is marked retried."""
+        directory = self.paths.retried_attempt(line.cell_id, line.attempt)
+        moves = {
+            self.paths.trial(line.cell_id): directory / "trial",
+            self.paths.proxy_counts(line.cell_id): directory / "proxy.json",
+        }
+        directory.mkdir(parents=True, exist_ok=True)
+        for source, target in moves.items():
+            if source.exists():
+                source.rename(target)
+        files = sorted(path for path in directory.rglob("*") if path.is_file())
+        artifacts = tuple(
+            RetainedFile(path=str(path.relative_to(self.paths.run_dir)), sha256=file_digest(path))
+            for path in files
+        )
+        kept = line.model_copy(update={"artifacts": artifacts})
+        write_model(directory / "line.json", kept)
+        self._mark(line, "retried")
+        return kept
+
+    def retried(self, cell_id: str) -> int:
+        """How many attempts of the cell the retry policy has re-run so far."""
+        return sum(record.status == "retried" for record in self.attempts(cell_id))
 
     def note_failure(self, cell_id: str, attempt: int, failure: Failure) -> None:
         """Keep the exception that ended the attempt in its record, before anything else can
@@ -211,9 +251,12 @@ class Ledger:
         previous = self.attempts(cell.id)
         for record in previous:
             if record.status == "started":
-                interrupted = record.model_copy(
-                    update={"status": "interrupted", "interrupted_noted_at": now()}
-                )
+                update = {
+                    "status": "interrupted",
+                    "interrupted_noted_at": now(),
+                    "failure_class": "cancelled",
+                }
+                interrupted = record.model_copy(update=update)
                 write_model(self.paths.attempt(cell.id, record.attempt), interrupted)
         record = AttemptRecord(
             cell_id=cell.id, attempt=len(previous) + 1, status="started", started_at=now()

@@ -5,7 +5,8 @@
     resolution.json       the lock's resolution as it was when the run started (bytes)
     schedule.json         canonical JSON of the schedule; its sha256 is the schedule SHA-256
     cells.jsonl           the ledger: one validated line per finished cell, append-only
-    attempts/<cell>/      attempt-<n>.json per attempt (started, interrupted): evidence
+    attempts/<cell>/      attempt-<n>.json per attempt (started, interrupted, retried): evidence
+    attempts/<cell>/attempt-<n>/  a retried attempt's trial tree, proxy record and line.json
     trials/<cell>/        Harbor trial directories copied back from the guest
     proxy/<cell>.json     per-cell physical POST and usage counts (never a key)
     scan.json             credential scan of every retained root
@@ -47,6 +48,9 @@ class RunPaths:
 
     def attempt(self, cell_id: str, attempt: int) -> Path:
         return self.attempts_dir / cell_id / f"attempt-{attempt}.json"
+
+    def retried_attempt(self, cell_id: str, attempt: int) -> Path:
+        return self.attempts_dir / cell_id / f"attempt-{attempt}"
 
     def torn_ledger_tail(self, stamp: str) -> Path:
         return self.attempts_dir / f"torn-ledger-tail-{stamp}.txt"

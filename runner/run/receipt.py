@@ -25,6 +25,7 @@ from runner.core.models import FrozenModel
 from runner.records.ledger import Failure, LedgerLine
 from runner.records.schedule import Batch, Schedule
 from runner.run import stats
+from runner.run.failure_summary import FailureClasses, failure_classes
 from runner.run.stats import Estimate, Interval, Methods, PermutationTest, Proportion
 from runner.spec.lock import Harness, Lock
 
@@ -209,6 +210,7 @@ class Receipt(FrozenModel):
     credential_scan: EvidenceState
     final_verify: EvidenceState
     batches: tuple[BatchReceipt, ...]
+    failure_classes: FailureClasses | None = None  # absent from receipts written before it
 
 
 def totals(lines: Iterable[LedgerLine]) -> Totals:
@@ -569,4 +571,5 @@ def build_receipt(
         credential_scan=credential_scan,
         final_verify=final_verify,
         batches=batches,
+        failure_classes=failure_classes(lock, schedule, lines),
     )

@@ -9,6 +9,7 @@ from runner.core.files import read_model, write_atomic, write_model
 from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
 from runner.records.schedule import Schedule
+from runner.run.failure_summary import render_failure_classes
 from runner.run.receipt import (
     BatchReceipt,
     BatchStats,
@@ -348,7 +349,13 @@ def render_markdown(receipt: Receipt) -> str:
     ]
     for batch in receipt.batches:
         lines += _batch_section(batch)
+    lines += _failure_class_section(receipt)
     return "\n".join(lines) + "\n"
+
+
+def _failure_class_section(receipt: Receipt) -> list[str]:
+    summary = receipt.failure_classes
+    return render_failure_classes(summary) if summary is not None else []
 
 
 def plot(receipt: Receipt, path: Path) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -25,7 +25,7 @@ from pydantic import (
 
 from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.errors import InputError, RunnerError, describe_validation_error
-from runner.core.models import SHA256_PATTERN, FrozenModel, Slug
+from runner.core.models import SHA256_PATTERN, FailureClass, FrozenModel, Slug
 
 SCHEMA_VERSION: Literal[1] = 1
 
@@ -113,6 +113,8 @@ class Tools(FrozenModel):
     # point it at a loopback index. Part of the environment inputs: another index, another set.
     python_index: str = Field(default="https://pypi.org/simple", pattern=r"^https?://\S+$")
 
+    LATE_FIELDS = frozenset({"python_index"})
+
 
 class Harness(FrozenModel):
     """One coding-agent harness: its CLI package, its runtime and any Pi packages on top."""
@@ -182,6 +184,35 @@ class Model(FrozenModel):
         return self.base_url.startswith(SCRIPTED_SCHEME)
 
 
+# Only what the agent did not cause may be re-run: an environment or verifier that could not
+# start, or a provider that answered nothing but errors. A timeout, a verifier's "no" or a
+# crashed harness is the agent's own result; re-running it would give it a second chance.
+RETRYABLE_CLASSES: tuple[FailureClass, ...] = ("setup_failure", "model_failure")
+
+
+class Retry(FrozenModel):
+    """``[retry]``: which failure classes are re-run, and at most how many attempts a cell gets
+    (the first included). Absent: no retries, the reference run's condition."""
+
+    classes: tuple[FailureClass, ...] = Field(min_length=1)
+    max_attempts: int = Field(ge=2, le=10)
+
+    @field_validator("classes", mode="before")
+    @classmethod
+    def _only_what_the_agent_did_not_cause(cls, value: Any) -> Any:
+        if not isinstance(value, list | tuple):
+            return value
+        known = get_args(FailureClass)
+        for name in value:
+            if name in known and name not in RETRYABLE_CLASSES:
+                raise ValueError(
+                    f"'{name}' is the agent's own result and is never re-run; "
+                    f"only {' and '.join(RETRYABLE_CLASSES)} may be"
+                )
+        _reject_duplicates(tuple(str(name) for name in value))
+        return value
+
+
 class Lock(FrozenModel):
     schema_version: Literal[1] = SCHEMA_VERSION
     name: Slug
@@ -195,8 +226,11 @@ class Lock(FrozenModel):
     harnesses: tuple[Harness, ...] = Field(min_length=1)
     tasks: TaskSource
     models: tuple[Model, ...] = Field(min_length=1)
+    retry: Retry | None = None
     # Set from the lock's resolution (runner.spec.resolution.load_resolved_lock), never from TOML.
     _environment: str | None = PrivateAttr(default=None)
+
+    LATE_FIELDS = frozenset({"retry"})
 
     @field_validator("concurrency")
     @classmethod
@@ -242,6 +276,16 @@ class Lock(FrozenModel):
         copy = self.model_copy()
         copy._environment = fingerprint
         return copy
+
+    def retries(self, failure_class: FailureClass | None, attempts_so_far: int) -> bool:
+        """Whether a cell whose attempt ended in ``failure_class`` is run again, after
+        ``attempts_so_far`` attempts counted against the policy."""
+        policy = self.retry
+        return (
+            policy is not None
+            and failure_class in policy.classes
+            and attempts_so_far < policy.max_attempts
+        )
 
     def for_model(self, model_id: str) -> Lock:
         """The lock narrowed to one model: what one batch of the run is frozen to."""
