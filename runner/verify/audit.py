@@ -14,7 +14,6 @@ ansible-runner private data dir kept as evidence::
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
@@ -41,9 +40,6 @@ REPORT = "report.json"
 
 # Ansible settings of the audit: no retry files or colour; one SSH connection reused per audit
 # (pipelining); the guest's Python is known, so no interpreter discovery round trip.
-# The ansible-playbook of this interpreter's environment (a venv's runner run without activating
-# the venv has no ansible-playbook on PATH).
-_ANSIBLE_PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 _ANSIBLE_ENV = {
     "ANSIBLE_PIPELINING": "True",
     "ANSIBLE_HOST_KEY_CHECKING": "False",
@@ -92,7 +88,6 @@ def audit(manifest: FreezeManifest, host_vars: dict[str, Any], evidence_dir: Pat
         playbook=PLAYBOOK,
         cmdline="--check",
         envvars=_ANSIBLE_ENV,
-        binary=_ANSIBLE_PLAYBOOK,
         quiet=True,
     )
     checks, drifts = judge(list(result.events), manifest)
