@@ -4,8 +4,12 @@ from pathlib import Path
 
 import pytest
 
-# Session fixtures of the real-VM tier (vm_lab, frozen_lab).
-pytest_plugins = ["tests.support.vm_fixtures", "tests.support.harbor_venv"]
+# Session fixtures of the real-VM tier (vm_lab, frozen_lab), the Harbor venv, the cell tests'.
+pytest_plugins = [
+    "tests.support.vm_fixtures",
+    "tests.support.harbor_venv",
+    "tests.support.cell_fixtures",
+]
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 
 import paramiko
 import pytest
@@ -24,10 +22,11 @@ from runner.records.ledger import Ledger, LedgerLine
 from runner.records.paths import RunPaths
 from runner.records.schedule import Cell, build_schedule
 from runner.spec.lock import Lock, load_lock
+from tests.support.cell_fixtures import SCRIPTED_KEYS
 from tests.support.fake_transport import FakeTransport, Handler, answer, trial_tree
 
 DEMO = REPO_ROOT / "locks" / "demo.toml"
-KEYS = {"SCRIPTED_PROVIDER_KEY": "scripted-key-" + "k" * 24}
+KEYS = SCRIPTED_KEYS
 CHAT = {"model": "reference-solution", "messages": [{"role": "user", "content": "go"}]}
 
 
@@ -39,17 +38,6 @@ def lock() -> Lock:
 @pytest.fixture
 def cells(lock: Lock) -> tuple[Cell, ...]:
     return build_schedule(lock).cells
-
-
-@pytest.fixture
-def paths(tmp_path: Path) -> RunPaths:
-    return RunPaths(tmp_path / "run")
-
-
-@pytest.fixture
-def proxy(paths: RunPaths) -> Iterator[CredentialProxy]:
-    with CredentialProxy(paths, keys=KEYS) as running:
-        yield running
 
 
 def runner_for(

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,12 +27,13 @@ from runner.core.roots import REPO_ROOT
 from runner.lab.transport import ExecResult
 from runner.proxy import CredentialProxy, ProxyCellCounts
 from runner.proxy.bearer import BEARER_SHAPE
-from runner.records.ledger import Ledger, LedgerLine
+from runner.records.ledger import Ledger, LedgerLine, cell_coordinates
 from runner.records.paths import RunPaths
 from runner.records.schedule import Cell, build_schedule
 from runner.run.execute import ExecuteOptions, execute
 from runner.run.failure_summary import NOT_RECORDED, failure_classes, render_failure_classes
 from runner.spec.lock import Lock, Retry, load_lock
+from tests.support.cell_fixtures import SCRIPTED_KEYS
 from tests.support.fake_lab import FakeLab
 from tests.support.fake_transport import HARBOR_RESULTS, FakeTransport, Handler, answer, trial_tree
 
@@ -41,7 +41,7 @@ DEMO = REPO_ROOT / "locks" / "demo.toml"
 SEED = REPO_ROOT / "locks" / "seed-54.toml"
 # The fingerprint of locks/seed-54.toml as this code computed it before the [retry] section.
 SEED_FINGERPRINT = "sha256:335d0ef491eabdbe47dccd0b5f395c58742e11b60b03b576cb13e63363abb91f"
-KEYS = {"SCRIPTED_PROVIDER_KEY": "scripted-key-" + "k" * 24}
+KEYS = SCRIPTED_KEYS
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "go"}]}
 RETRY = Retry(classes=("setup_failure", "model_failure"), max_attempts=2)
 FIXTURES = sorted(HARBOR_RESULTS.glob("*.json"))
@@ -50,17 +50,6 @@ FIXTURES = sorted(HARBOR_RESULTS.glob("*.json"))
 @pytest.fixture(scope="module")
 def demo() -> Lock:
     return load_lock(DEMO)
-
-
-@pytest.fixture
-def paths(tmp_path: Path) -> RunPaths:
-    return RunPaths(tmp_path / "run")
-
-
-@pytest.fixture
-def proxy(paths: RunPaths) -> Iterator[CredentialProxy]:
-    with CredentialProxy(paths, keys=KEYS) as running:
-        yield running
 
 
 def with_models(lock: Lock, scripted_model: str, retry: Retry | None = None) -> Lock:
@@ -259,7 +248,7 @@ def test_the_published_fingerprint_is_unchanged_and_a_policy_changes_it(tmp_path
     retrying = load_lock(tmp_path / "retry.toml")
     assert retrying.retry == Retry(classes=("setup_failure",), max_attempts=3)
     assert retrying.fingerprint != SEED_FINGERPRINT
-    assert retrying.environment_fingerprint == load_lock(SEED).environment_fingerprint
+    assert retrying.environment_inputs == load_lock(SEED).environment_inputs
 
 
 def test_a_lock_retrying_an_agent_result_exits_2_in_one_line(tmp_path):
@@ -284,12 +273,7 @@ def test_old_ledger_lines_are_not_recorded_in_the_report(demo):
     schedule = build_schedule(demo)
     cell = schedule.cells[0]
     old = {
-        "cell_id": cell.id,
-        "batch": cell.batch,
-        "model": cell.model,
-        "task": cell.task,
-        "repeat": cell.repeat,
-        "harness": cell.harness,
+        **cell_coordinates(cell),
         "attempt": 1,
         "outcome": "pass",
         "reason": "reward 1",

@@ -14,6 +14,7 @@ import shlex
 import socket
 import tarfile
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -140,7 +141,25 @@ def read_channel(
     return channel.recv_exit_status(), bytes(stdout), bytes(stderr)
 
 
-class SshTransport:
+class ClosedOnExit(ABC):
+    """``with transport:`` closes it: the part every transport shares."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class SshTransport(ClosedOnExit):
     """``GuestTransport`` over Paramiko SSH."""
 
     def __init__(self, host: str, port: int, key_path: Path, user: str = "root") -> None:
@@ -194,17 +213,6 @@ class SshTransport:
         if self._client is not None:
             self._client.close()
             self._client = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _channel(self, command: str) -> paramiko.Channel:
         transport = self.client.get_transport()

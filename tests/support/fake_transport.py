@@ -9,11 +9,10 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
 from runner.core.roots import REPO_ROOT
-from runner.lab.transport import ExecResult, connection_errors, require_ok
+from runner.lab.transport import ClosedOnExit, ExecResult, connection_errors, require_ok
 
 Handler = Callable[[str], ExecResult]
 HARBOR_RESULTS = REPO_ROOT / "tests" / "harbor_results"
@@ -46,7 +45,7 @@ def trial_tree(root: Path, result: str | None, assistant_messages: int = 0) -> P
     return root
 
 
-class FakeTransport:
+class FakeTransport(ClosedOnExit):
     """``GuestTransport`` over ``handler``; ``trials`` is what a copy-back brings home."""
 
     def __init__(self, handler: Handler = always_ok, trials: Path | None = None) -> None:
@@ -63,17 +62,6 @@ class FakeTransport:
 
     def close(self) -> None:
         self.connected = False
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _ask(self, command: str, doing: str) -> ExecResult:
         self.commands.append(command)
