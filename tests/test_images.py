@@ -94,7 +94,7 @@ def test_x86_64_guest_has_its_own_recipe_and_hash() -> None:
 
 
 def test_guest_without_its_arch_kernel_is_an_input_error(guest: Guest) -> None:
-    with pytest.raises(InputError, match="guest.packages must include linux-image-amd64"):
+    with pytest.raises(InputError, match=r"guest\.packages must include linux-image-amd64"):
         ImageInputs.from_guest(guest.model_copy(update={"arch": "x86_64"}))
 
 
