@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 SHA256_PATTERN = r"^sha256:[0-9a-f]{64}$"
 
@@ -18,3 +24,20 @@ class FrozenModel(BaseModel):
     """Base for every file model: unknown fields are errors, instances are immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OmitDefaults(FrozenModel):
+    """A file model whose fields listed in ``omitted_at_default`` are left out of a dump while
+    they hold their default: a field added later then leaves older files' digests unchanged."""
+
+    omitted_at_default: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for name in self.omitted_at_default:
+            if name in data and getattr(self, name) == type(self).model_fields[name].get_default(
+                call_default_factory=True
+            ):
+                del data[name]
+        return data

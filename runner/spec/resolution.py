@@ -23,14 +23,16 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.errors import RunnerError
 from runner.core.files import read_model
-from runner.core.models import FrozenModel, Sha256, Slug
+from runner.core.models import FrozenModel, OmitDefaults, Sha256, Slug
 from runner.spec.lock import Lock, load_lock
 
 ArtifactKind = Literal["deb", "wheel", "npm", "node-binary", "bun-binary"]
 
 
-class PinnedArtifact(FrozenModel):
+class PinnedArtifact(OmitDefaults):
     """One file the guest installs, as fetched from its source and kept in the artifact store."""
+
+    omitted_at_default = frozenset({"suite"})
 
     kind: ArtifactKind
     name: str = Field(min_length=1)
@@ -43,6 +45,7 @@ class PinnedArtifact(FrozenModel):
     harnesses: tuple[Slug, ...] = Field(
         default=(), description="npm: the harnesses whose dependency tree holds this package"
     )
+    suite: Slug | None = Field(default=None, description="deb: the suite it was taken from")
 
     @property
     def sort_key(self) -> tuple[str, str, str, str]:
