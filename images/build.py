@@ -46,7 +46,13 @@ def build_image(
     configure(staging.rootfs, recipe, log)
     packages = installed_packages(staging.rootfs)
     kernel_version, initramfs_packages = build_initramfs(
-        staging.rootfs, staging.debs, recipe, inputs.source_date_epoch, out.initrd, log
+        staging.rootfs,
+        staging.debs,
+        recipe,
+        inputs.arch_recipe,
+        inputs.source_date_epoch,
+        out.initrd,
+        log,
     )
     shutil.copyfile(staging.rootfs / "boot" / f"vmlinuz-{kernel_version}", out.vmlinuz)
     make_filesystem(
@@ -74,7 +80,7 @@ def build_image(
         initramfs_packages=initramfs_packages,
         files={name: file_digest(out.artifact(name)) for name in ARTIFACT_NAMES},
         kernel_version=kernel_version,
-        kernel_cmdline=recipe.kernel_cmdline,
+        kernel_cmdline=inputs.arch_recipe.kernel_cmdline,
         build_seconds=round(log.elapsed, 1),
         tools=tools,
     )

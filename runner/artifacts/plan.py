@@ -17,6 +17,7 @@ class Planned:
     version: str
     wanted: Wanted
     harnesses: tuple[str, ...] = ()
+    suite: str | None = None  # deb: the suite of the lock's archive it comes from
 
 
 @dataclass(frozen=True)

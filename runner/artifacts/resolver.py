@@ -138,7 +138,9 @@ async def _plan_debs_and_wheels(
     lock: Lock, platform: GuestPlatform, paths: CachePaths, sections: frozenset[Section]
 ) -> Plan:
     """Debian first: the suite's glibc says which manylinux wheels run on the guest."""
-    debian = await plan_debs(lock.guest, platform, paths)
+    debian = await plan_debs(lock.guest, lock.tools, platform, paths)
+    if debian.plan.unavailable:  # a pinned tool no suite has: nothing to choose wheels for
+        return debian.plan
     plan = debian.plan if "debs" in sections else Plan()
     if "wheels" in sections:
         requirement = f"harbor=={lock.tools.harbor}"
@@ -164,6 +166,7 @@ def _artifacts(planned: list[Planned], report: FetchReport) -> tuple[PinnedArtif
             size=fetched.size,
             integrity=item.wanted.integrity,
             harnesses=tuple(sorted(harnesses)),
+            suite=item.suite,
         )
     return tuple(sorted(by_url.values(), key=lambda artifact: artifact.sort_key))
 

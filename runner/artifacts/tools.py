@@ -38,6 +38,24 @@ async def run_tool(
     cwd: Path | None = None,
 ) -> str:
     """Run a tool to completion and return its stdout; ``what`` names the step in errors."""
+    returncode, stdout, stderr = await _run(args, env, cwd)
+    if returncode != 0:
+        raise ToolFailed(what, stderr)
+    return stdout
+
+
+async def run_tool_unchecked(
+    args: Sequence[str], *, env: Mapping[str, str] | None = None
+) -> tuple[str, bool]:
+    """A tool whose refusal is an answer (apt's unmet dependencies): stdout and stderr, and
+    whether it exited 0."""
+    returncode, stdout, stderr = await _run(args, env, None)
+    return stdout + stderr, returncode == 0
+
+
+async def _run(
+    args: Sequence[str], env: Mapping[str, str] | None, cwd: Path | None
+) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
         *args,
         stdout=asyncio.subprocess.PIPE,
@@ -46,9 +64,7 @@ async def run_tool(
         cwd=cwd,
     )
     stdout, stderr = await process.communicate()
-    if process.returncode != 0:
-        raise ToolFailed(what, stderr.decode(errors="replace"))
-    return stdout.decode()
+    return process.returncode or 0, stdout.decode(), stderr.decode(errors="replace")
 
 
 def pip_env() -> dict[str, str]:

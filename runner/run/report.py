@@ -69,7 +69,20 @@ def load_run(paths: RunPaths) -> Receipt:
         raise InputError(f"{paths.schedule}: schedule was made from another lock")
     lines = Ledger(paths).lines()
     aborted = read_model(paths.aborted, RunAbort) if paths.aborted.exists() else None
-    return build_receipt(lock, schedule, lines, scan_state(paths), verify_state(paths), aborted)
+    receipt = build_receipt(lock, schedule, lines, scan_state(paths), verify_state(paths), aborted)
+    return with_reference_versions(receipt, lock.reference_versions)
+
+
+def with_reference_versions(receipt: Receipt, reference: dict[str, str]) -> Receipt:
+    """Beside each tool the lock pins at another version than the reference run used (none of
+    the sources had that one), a row with the reference run's version."""
+    tools: dict[str, str] = {}
+    for tool, version in receipt.identities.tools.items():
+        tools[tool] = version
+        if tool in reference:
+            tools[f"{tool} (reference run)"] = reference[tool]
+    identities = receipt.identities.model_copy(update={"tools": tools})
+    return receipt.model_copy(update={"identities": identities})
 
 
 def write_report(run_dir: Path) -> Receipt:

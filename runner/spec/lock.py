@@ -85,6 +85,8 @@ class PinnedPackage(FrozenModel):
 
 
 class Guest(FrozenModel):
+    LATE_FIELDS = frozenset({"tool_suites"})
+
     arch: Literal["aarch64", "x86_64"] = "aarch64"
     suite: Slug = "trixie"
     mirror: str = Field(pattern=r"^https?://\S+$")
@@ -94,12 +96,21 @@ class Guest(FrozenModel):
     disk_gib: int = Field(default=12, ge=4, le=512)
     source_date_epoch: int = Field(ge=0)
     packages: tuple[Slug, ...] = Field(min_length=1)
+    # More suites of the same archive a pinned tool (``tools.podman``) may come from, with the
+    # dependencies it needs that ``suite`` cannot satisfy; everything else stays from ``suite``.
+    tool_suites: tuple[Slug, ...] = ()
 
-    @field_validator("packages")
+    @field_validator("packages", "tool_suites")
     @classmethod
     def _unique_packages(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         _reject_duplicates(value)
         return value
+
+    @model_validator(mode="after")
+    def _tool_suites_are_others(self) -> Guest:
+        if self.suite in self.tool_suites:
+            raise ValueError(f"tool_suites: '{self.suite}' is the guest's own suite")
+        return self
 
 
 class Tools(FrozenModel):
@@ -227,10 +238,13 @@ class Lock(FrozenModel):
     tasks: TaskSource
     models: tuple[Model, ...] = Field(min_length=1)
     retry: Retry | None = None
+    # Informational: tool versions the reference run used where the lock pins another (none of
+    # the sources has them); reports print both. Not part of the environment inputs.
+    reference_versions: dict[str, str] = Field(default_factory=dict)
     # Set from the lock's resolution (runner.spec.resolution.load_resolved_lock), never from TOML.
     _environment: str | None = PrivateAttr(default=None)
 
-    LATE_FIELDS = frozenset({"retry"})
+    LATE_FIELDS = frozenset({"retry", "reference_versions"})
 
     @field_validator("concurrency")
     @classmethod
@@ -239,6 +253,15 @@ class Lock(FrozenModel):
             raise ValueError(
                 f"must be 1: cells run strictly one at a time so wall times compare (got {value})"
             )
+        return value
+
+    @field_validator("reference_versions")
+    @classmethod
+    def _pinned_tools_only(cls, value: dict[str, str]) -> dict[str, str]:
+        tools = sorted(set(Tools.model_fields) - {"python_index"})
+        for tool in value:
+            if tool not in tools:
+                raise ValueError(f"'{tool}' is not a pinned tool (one of {tools})")
         return value
 
     @field_validator("harnesses", "models")

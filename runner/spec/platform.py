@@ -17,6 +17,10 @@ GuestArch = Literal["aarch64", "x86_64"]
 
 _DEB_ARCH = {"aarch64": "arm64", "x86_64": "amd64"}
 _NPM_CPU = {"aarch64": "arm64", "x86_64": "x64"}
+# The Bun build the guest runs. Bun names its builds after uname -m on ARM ("aarch64") but npm's
+# "x64" on Intel; the default x64 build needs AVX2, which no CPU model QEMU 7.2 offers under TCG
+# has (libvirt's domcapabilities stop at Westmere), so an x86_64 guest runs the baseline build.
+_BUN_PACKAGE = {"aarch64": "@oven/bun-linux-aarch64", "x86_64": "@oven/bun-linux-x64-baseline"}
 # Oldest manylinux glibc each architecture has wheels for (PEP 600: manylinux_2_17 = 2014).
 _OLDEST_MANYLINUX_GLIBC = {"aarch64": 17, "x86_64": 5}
 
@@ -84,8 +88,7 @@ class GuestPlatform:
 
     @property
     def bun_package(self) -> str:
-        # Bun names its builds after uname -m on ARM ("aarch64") but npm's "x64" on Intel.
-        return f"@oven/bun-linux-{'aarch64' if self.arch == 'aarch64' else 'x64'}"
+        return _BUN_PACKAGE[self.arch]
 
     def wheel_platforms(self, glibc_minor: int) -> list[str]:
         """pip's ``--platform`` tags for this glibc (pip does not widen a tag by itself)."""

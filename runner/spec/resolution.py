@@ -32,6 +32,8 @@ ArtifactKind = Literal["deb", "wheel", "npm", "node-binary", "bun-binary"]
 class PinnedArtifact(FrozenModel):
     """One file the guest installs, as fetched from its source and kept in the artifact store."""
 
+    LATE_FIELDS = frozenset({"suite"})
+
     kind: ArtifactKind
     name: str = Field(min_length=1)
     version: str = Field(min_length=1)
@@ -43,6 +45,7 @@ class PinnedArtifact(FrozenModel):
     harnesses: tuple[Slug, ...] = Field(
         default=(), description="npm: the harnesses whose dependency tree holds this package"
     )
+    suite: Slug | None = Field(default=None, description="deb: the suite it was taken from")
 
     @property
     def sort_key(self) -> tuple[str, str, str, str]:

@@ -40,6 +40,7 @@ def example_plan() -> GuestPlan:
         tasks=tasks,
         base_images={"localhost/base:1": ("debian",), "localhost/py:1": ("python", "py")},
         image_inputs="sha256:i",
+        rootfs_tar=provision._rootfs_tar("aarch64"),
         task_images=tuple(
             TaskImage(f"bench-task-{task.unit}", f"{task.dest}/environment", f"sha256:x{task.unit}")
             for task in tasks

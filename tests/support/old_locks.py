@@ -1,0 +1,17 @@
+"""A lock file as it was before fields were added to the format, and the digests it had then.
+
+Fields added later are left out of a model's JSON at their default (FrozenModel.LATE_FIELDS),
+so these digests must not move when the format grows.
+"""
+
+from __future__ import annotations
+
+from runner.core.roots import REPO_ROOT
+
+# locks/seed-54.toml before [retry], tools.python_index, guest.tool_suites, reference_versions.
+SEED_54_BEFORE = REPO_ROOT / "tests" / "fixtures" / "seed-54-before-tool-suites.toml"
+SEED_54_BEFORE_FINGERPRINT = (
+    "sha256:335d0ef491eabdbe47dccd0b5f395c58742e11b60b03b576cb13e63363abb91f"
+)
+# locks/demo.toml's environment inputs before those fields (its resolution was made for it).
+DEMO_ENVIRONMENT_INPUTS = "sha256:9abf1058d731f2e9f078eb0e16ebdbcd7782fd025abf5d73393b9ee755d09754"
