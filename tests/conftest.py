@@ -8,6 +8,18 @@ import pytest
 pytest_plugins = ["tests.support.vm_fixtures", "tests.support.harbor_venv"]
 
 REPO = Path(__file__).resolve().parent.parent
+# Upstream git repositories these machines cannot reach, read from the bundles beside the
+# repository (../shared/sources/README.md) by git's own URL rewriting in the environment, so
+# every git the runner (or a runner subprocess) starts picks it up. The locks keep the real URLs.
+OPENPI_URL = "https://github.com/tt-a1i/openpi.git"
+OPENPI_BUNDLE = REPO.parent / "shared" / "sources" / "openpi-v0.3.0.bundle"
+
+
+@pytest.fixture(autouse=True)
+def git_sources(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", f"url.{OPENPI_BUNDLE}.insteadOf")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", OPENPI_URL)
 
 
 @pytest.fixture

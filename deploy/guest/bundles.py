@@ -145,7 +145,7 @@ def harness_tree_bundle(
         registry_tarballs = []
         for artifact in artifacts:
             blob = store.blob(artifact.sha256)
-            if artifact.url.startswith("file:"):
+            if artifact.is_pinned_tarball:
                 shutil.copyfile(blob, project / TARBALLS_DIR / artifact.filename)
             else:
                 # npm takes a local tarball for its cache only by a .tgz name.
