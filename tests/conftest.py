@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,13 @@ OPENPI_URL = "https://github.com/tt-a1i/openpi.git"
 OPENPI_BUNDLE = REPO.parent / "shared" / "sources" / "openpi-v0.3.0.bundle"
 
 
-@pytest.fixture(autouse=True)
-def git_sources(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
-    monkeypatch.setenv("GIT_CONFIG_KEY_0", f"url.{OPENPI_BUNDLE}.insteadOf")
-    monkeypatch.setenv("GIT_CONFIG_VALUE_0", OPENPI_URL)
+@pytest.fixture(scope="session", autouse=True)
+def git_sources() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GIT_CONFIG_COUNT", "1")
+        patch.setenv("GIT_CONFIG_KEY_0", f"url.{OPENPI_BUNDLE}.insteadOf")
+        patch.setenv("GIT_CONFIG_VALUE_0", OPENPI_URL)
+        yield
 
 
 @pytest.fixture

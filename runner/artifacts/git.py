@@ -147,9 +147,9 @@ async def _fetch_commit(repo: Path, url: str, commit: str, source: str) -> None:
             ["git", "-C", str(repo), "fetch", "--quiet", "--depth", "1", url, commit],
             f"git fetch {url}",
         )
-    except ToolFailed:
+    except ToolFailed as error:
         raise GitSourceError(
-            f"{source}: the remote {url} does not have commit {commit} (git fetch failed)"
+            f"{source}: the remote {url} does not have commit {commit} ({error})"
         ) from None
 
 

@@ -174,7 +174,7 @@ async def plan_tree(
     plan.planned.extend(_planned_packages(lockfile, tree.harness, platform, tarballs))
     if tree.harness is not None:
         sources = tuple(package.source for package in tree.packages)
-        plan.trees.append(PlannedTree(tree.harness, sources, lockfile_bytes))
+        plan.trees.append(PlannedTree(tree.harness, sources, lockfile_bytes, overrides))
     return plan
 
 

@@ -109,6 +109,7 @@ async def resolve_lock(
             harness=tree.harness,
             sources=tree.sources,
             lockfile=store.add_bytes(tree.lockfile, f"{tree.harness}-package-lock.json"),
+            overrides=tree.overrides,
         )
         for tree in plan.trees
     )

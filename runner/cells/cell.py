@@ -273,6 +273,7 @@ class CellRunner:
             ),
             artifacts=self.artifacts(attempt.trial_root, attempt.cell),
             phase_seconds=attempt.timer.seconds,
+            first_request=counts.first_request if counts else None,
         )
 
     def _go_on_after(self, error: Exception, cell: Cell, failure: Failure) -> None:

@@ -18,6 +18,7 @@ from runner.core.errors import InputError, RunnerError, describe_validation_erro
 from runner.core.files import read_model, write_model
 from runner.core.models import FrozenModel, Sha256
 from runner.records.paths import RunPaths
+from runner.records.prompt import PromptFootprint
 from runner.records.schedule import Cell
 
 Outcome = Literal["pass", "fail", "indeterminate"]
@@ -54,6 +55,8 @@ class LedgerLine(FrozenModel):
     # Seconds per phase of the cell (reset, bearer, harbor, copy_back, ..., agent, verifier):
     # what lies outside the agent and the verifier is the runner's overhead.
     phase_seconds: dict[str, float] = Field(default_factory=dict)
+    # The proxy's view of the cell's first provider request (None in older lines, or no request).
+    first_request: PromptFootprint | None = None
 
     @model_validator(mode="after")
     def _unattributed_matches_counts(self) -> LedgerLine:
