@@ -13,6 +13,7 @@ run_dir=${RUN_DIR:-runs/$(basename "$LOCK" .toml)-$(date -u +%Y%m%dT%H%M%SZ)}
 bash scripts/setup-host.sh
 # The project's venv (made by setup-host.sh): runner and pyinfra below are its commands.
 export PATH="$PWD/.venv/bin:$PATH"
+source scripts/git-sources.sh
 step() { printf '\n== %s\n' "$*"; }
 
 step "resolve $LOCK into the host artifact cache"

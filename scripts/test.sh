@@ -12,6 +12,7 @@ bash scripts/setup-host.sh || exit 1
 # The project's venv (made by setup-host.sh) first: python3, runner, pyinfra and ansible-playbook
 # here and in every test's subprocess are the venv's.
 export PATH="$PWD/.venv/bin:$PATH"
+source scripts/git-sources.sh
 tiers=${TIERS:-fast vm guest e2e}
 mkdir -p .cache
 

@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from runner.artifacts.npm import misnamed_tarballs, missing_platform_packages, packages_for_guest
+from runner.artifacts.fetch import Wanted
+from runner.artifacts.npm import (
+    PinnedTarball,
+    misnamed_tarballs,
+    missing_platform_packages,
+    packages_for_guest,
+)
 from runner.spec.lock import PinnedPackage
 from runner.spec.platform import GuestPlatform, platform_of
 
@@ -172,4 +178,7 @@ def test_a_pinned_tarball_must_carry_the_name_the_lock_gives_it(
     name: str | None, problems: list[str]
 ) -> None:
     package = PinnedPackage.model_validate({**DEMO_TARBALL, "name": name})
-    assert misnamed_tarballs(LOCKFILE_WITH_TARBALL, [package]) == problems
+    wanted = Wanted(package.source, "pi-bench-demo-0.1.0.tgz", sha256=package.sha256)
+    spec = "file:tarballs/pi-bench-demo-0.1.0.tgz"
+    pinned = [PinnedTarball(package, spec, Path("unused"), wanted)]
+    assert misnamed_tarballs(LOCKFILE_WITH_TARBALL, pinned) == problems

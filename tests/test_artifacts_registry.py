@@ -43,8 +43,8 @@ def test_seed_54_fails_closed_naming_each_missing_pin(tmp_path: Path) -> None:
     )
     assert result.returncode == 1, result.stderr
     assert result.stderr.splitlines() == [
-        "runner: error: npm:openpi@0.3.0: not on the npm registry (no package of that name)",
-        "npm:@oh-my-pi/pi-coding-agent@17.2.12: not on the npm registry; nearest: 17.2.15",
+        "runner: error: npm:@oh-my-pi/pi-coding-agent@17.2.12: not on the npm registry; "
+        "nearest: 17.2.15",
     ]
     assert not (LOCKS / "seed-54.resolved.json").exists()
     assert not (tmp_path / "artifacts" / "sha256").exists()  # nothing fetched
@@ -52,6 +52,23 @@ def test_seed_54_fails_closed_naming_each_missing_pin(tmp_path: Path) -> None:
 
 def _with_harnesses(lock: Lock, *harnesses: Harness) -> Lock:
     return lock.model_copy(update={"harnesses": harnesses})
+
+
+# A tiny Pi package shipped in this repository, pinned as a tarball with its sha256 ('file:').
+DEMO_PACKAGE = Harness(
+    id="pi-demo",
+    label="Pi + demo package",
+    agent="pi",
+    runtime="node",
+    package=PinnedPackage(source="npm:@earendil-works/pi-coding-agent@0.84.2"),
+    extensions=(
+        PinnedPackage(
+            source="file:harness-packages/pi-bench-demo-0.1.0.tgz",
+            name="pi-bench-demo",
+            sha256="sha256:16a8159af1c90be0368855ad949ef9065a5351c4f9d7f3932a06247fc7d29ea6",
+        ),
+    ),
+)
 
 
 def test_omp_without_its_arm64_natives_fails_closed(tmp_path: Path) -> None:
@@ -72,7 +89,7 @@ def test_omp_without_its_arm64_natives_fails_closed(tmp_path: Path) -> None:
 
 def test_pi_package_from_its_pinned_tarball_joins_the_harness_tree(tmp_path: Path) -> None:
     lock = load_lock(LOCKS / "demo.toml")
-    demo = next(harness for harness in lock.harnesses if harness.id == "pi-demo")
+    demo = DEMO_PACKAGE
     resolved = _resolve(_with_harnesses(lock, demo), tmp_path, "harnesses")
     tarball = next(a for a in resolved.resolution.artifacts if a.name == "pi-bench-demo")
     assert (tarball.kind, tarball.version, tarball.harnesses) == ("npm", "0.1.0", ("pi-demo",))
@@ -89,7 +106,7 @@ def test_pi_package_from_its_pinned_tarball_joins_the_harness_tree(tmp_path: Pat
 
 def test_pi_package_tarball_with_another_digest_fails_closed(tmp_path: Path) -> None:
     lock = load_lock(LOCKS / "demo.toml")
-    demo = next(harness for harness in lock.harnesses if harness.id == "pi-demo")
+    demo = DEMO_PACKAGE
     wrong = "sha256:" + "0" * 64
     tampered = demo.model_copy(
         update={"extensions": (demo.extensions[0].model_copy(update={"sha256": wrong}),)}

@@ -89,7 +89,7 @@ def test_demo_lock_killed_mid_run_resumes_to_the_end(frozen_lab: LabState, tmp_p
     outcomes = {(line.model, line.harness): line.outcome for line in lines}
     assert {outcome for (model, _), outcome in outcomes.items() if model == "reference"} == {"pass"}
     assert {outcome for (model, _), outcome in outcomes.items() if model == "wrong"} == {"fail"}
-    assert {harness for _, harness in outcomes} == {"bare-pi", "pi-demo"}
+    assert {harness for _, harness in outcomes} == {"bare-pi", "pi-openpi"}
     assert all(line.physical_posts >= line.logical_attempts > 0 for line in lines)
     receipt = json.loads(paths.receipt.read_text())
     assert receipt["status"] == "completed", receipt["reasons"]

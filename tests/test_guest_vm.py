@@ -86,9 +86,9 @@ def test_each_harness_runs_at_its_pinned_version(guest: GuestTransport, harness)
 
 
 def test_the_demo_package_is_in_its_harness_tree(guest: GuestTransport) -> None:
-    tree = GUEST.harness_tree("pi-demo")
-    manifest = run(guest, f"cat {tree}/node_modules/pi-bench-demo/package.json")
-    assert '"pi-bench-demo"' in manifest and '"extensions"' in manifest
+    tree = GUEST.harness_tree("pi-openpi")
+    manifest = run(guest, f"cat {tree}/node_modules/@tt-a1i/openpi/package.json")
+    assert '"@tt-a1i/openpi"' in manifest and '"extensions"' in manifest
 
 
 def test_the_runner_agents_import_in_harbors_venv(guest: GuestTransport) -> None:
@@ -111,7 +111,7 @@ def test_each_task_image_is_built_and_its_container_runs_the_frozen_harness(
     parents = run(guest, f"podman image tree {image}")
     assert "localhost/base:1" in parents or "bench-base" in parents, parents
     node = GUEST.image_artifacts.runtime_dir("node", LOCK.tools.node) / "bin" / "node"
-    pi = GUEST.image_artifacts.harness_tree("pi-demo") / "node_modules" / ".bin" / "pi"
+    pi = GUEST.image_artifacts.harness_tree("pi-openpi") / "node_modules" / ".bin" / "pi"
     check = (
         "python3 -c 'import sqlite3, asyncio; print(42)' && git --version "
         f"&& {node} --version && test -x {pi}"

@@ -77,19 +77,19 @@ CASES = [
         "harnesses/openpi",
         "pi",
         "models.json",
-        ["openpi"],
+        ["@tt-a1i/openpi"],
     ),
     (SEED, "omp", "glm", "runtimes/bun-1.3.14", "harnesses/omp", "omp", "models.yml", []),
     (DEMO, "omp", "reference", "runtimes/bun-1.3.14", "harnesses/omp", "omp", "models.yml", []),
     (
         DEMO,
-        "pi-demo",
+        "pi-openpi",
         "wrong",
         "runtimes/node-22.23.5",
-        "harnesses/pi-demo",
+        "harnesses/pi-openpi",
         "pi",
         "models.json",
-        ["pi-bench-demo"],
+        ["@tt-a1i/openpi"],
     ),
 ]
 

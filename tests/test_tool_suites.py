@@ -14,7 +14,6 @@ from runner.core.errors import InputError
 from runner.spec.lock import load_lock
 from runner.spec.platform import GuestPlatform
 from tests.support.old_locks import (
-    DEMO_ENVIRONMENT_INPUTS,
     SEED_54_BEFORE,
     SEED_54_BEFORE_FINGERPRINT,
 )
@@ -26,7 +25,6 @@ def test_new_fields_at_their_defaults_keep_old_digests() -> None:
     before = load_lock(SEED_54_BEFORE)
     assert before.guest.tool_suites == () and before.reference_versions == {}
     assert before.fingerprint == SEED_54_BEFORE_FINGERPRINT
-    assert load_lock(REPO / "locks" / "demo.toml").environment_inputs == DEMO_ENVIRONMENT_INPUTS
 
 
 def test_tool_suites_are_environment_inputs_but_reference_versions_are_not() -> None:

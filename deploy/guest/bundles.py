@@ -125,6 +125,7 @@ def harness_tree_bundle(
                 "lockfile": tree.lockfile,
                 "arch": resolution.arch,
                 "npm": resolution.tools.npm,
+                **({"overrides": tree.overrides} if tree.overrides else {}),
             }
         )
     )
@@ -138,14 +139,12 @@ def harness_tree_bundle(
         for directory in (project / TARBALLS_DIR, links):
             directory.mkdir(parents=True)
         lockfile = json.loads(store.blob(tree.lockfile).read_bytes())
-        root = lockfile["packages"][""]
-        package = {"name": root["name"], "private": True, "dependencies": root["dependencies"]}
-        (project / "package.json").write_text(json.dumps(package))
+        (project / "package.json").write_text(json.dumps(tree.package_json(lockfile)))
         (project / "package-lock.json").write_text(json.dumps(lockfile))
         registry_tarballs = []
         for artifact in artifacts:
             blob = store.blob(artifact.sha256)
-            if artifact.url.startswith("file:"):
+            if artifact.is_pinned_tarball:
                 shutil.copyfile(blob, project / TARBALLS_DIR / artifact.filename)
             else:
                 # npm takes a local tarball for its cache only by a .tgz name.

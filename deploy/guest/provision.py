@@ -36,7 +36,8 @@ MOUNT_OPTIONS = ("ro", "trans=virtio", "msize=512000", "cache=0xf")
 FSTAB_OPTIONS = ",".join((*MOUNT_OPTIONS, "nofail"))
 
 # The local base image: the guest's own userland (a tar of its own files, no registry). /usr/bin
-# is taken without its large programs (podman, ...) but with Python and git; what they and the
+# is taken without its large programs (podman, ...) but with Python, git, and ripgrep and fd-find
+# (rg, fdfind: OpenPI's file-search finds them on PATH, else downloads its own); what they and the
 # harness scripts need from /usr/lib comes along whole. The harnesses and their runtimes are not
 # in it: every task container gets them bound read-only (GUEST.container_mounts).
 _ROOTFS_TREES = ("usr/lib/python3.13", "usr/lib/git-core", "usr/share/git-core", "etc/alternatives")
@@ -58,7 +59,8 @@ def _rootfs_tar(arch: str) -> str:
     listing = " ".join(
         [
             f"printf '%s\\n' {' '.join(entries)};",
-            "find usr/bin ! -type d \\( -size -3M -o -name 'python3*' -o -name git \\);",
+            "find usr/bin ! -type d \\( -size -3M -o -name 'python3*' -o -name git -o -name rg "
+            "-o -name fdfind \\);",
             f"find {' '.join((libraries, *_ROOTFS_TREES))};",
         ]
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from urllib.parse import quote
 import aiohttp
 
 from runner.artifacts.fetch import Wanted
+from runner.artifacts.git import Packed, pin_mismatches
 from runner.artifacts.http import get_json
 from runner.artifacts.plan import Plan, Planned, PlannedTree
 from runner.artifacts.tools import run_tool
@@ -111,29 +112,54 @@ async def tree_pin_problems(
     return problems
 
 
+@dataclass(frozen=True)
+class PinnedTarball:
+    """A tarball the lock pins (``file:``, or packed from ``git+``): where npm's spec points
+    (``file:tarballs/<file name>``, the same on every machine) and where the bytes are."""
+
+    package: PinnedPackage
+    spec: str
+    file: Path
+    wanted: Wanted
+
+
+def pinned_tarballs(
+    tree: NpmTree, paths_root: Path, packed: Mapping[str, Packed], store: ArtifactStore
+) -> list[PinnedTarball]:
+    found = []
+    for package in tree.packages:
+        if package.source.startswith("file:"):
+            file = paths_root / package.source.removeprefix("file:")
+            wanted = Wanted(package.source, file.name, sha256=package.sha256)
+        elif package.source in packed:
+            record = packed[package.source].record
+            file = store.blob(record.sha256)
+            wanted = Wanted(package.source, record.filename, sha256=record.sha256)
+        else:
+            continue
+        found.append(PinnedTarball(package, f"file:{TARBALLS_DIR}/{wanted.filename}", file, wanted))
+    return found
+
+
 async def plan_tree(
     tree: NpmTree,
     registry: NpmRegistry,
     platform: GuestPlatform,
     paths_root: Path,
+    store: ArtifactStore,
+    packed: Mapping[str, Packed],
 ) -> Plan:
-    """The tree's packages for the guest; its pins were checked by ``tree_pin_problems``."""
+    """The tree's packages for the guest; its pins were checked by ``tree_pin_problems``. A git
+    package's dependencies are held at its own lockfile's versions (runner.artifacts.git)."""
     plan = Plan()
-    specs = [_install_spec(package) for package in tree.packages]
-    pinned = [package for package in tree.packages if package.source.startswith("file:")]
-    tarballs = {
-        tarball_spec(package): Wanted(
-            package.source,
-            Path(package.source.removeprefix("file:")).name,
-            sha256=package.sha256,
-        )
-        for package in pinned
-    }
-    tarball_files = {
-        tarball_spec(package): paths_root / package.source.removeprefix("file:")
-        for package in pinned
-    }
-    lockfile_bytes = await _npm_lockfile(specs, tarball_files, platform, tree.harness or "tools")
+    pinned = pinned_tarballs(tree, paths_root, packed, store)
+    by_source = {tarball.package.source: tarball.spec for tarball in pinned}
+    specs = [by_source.get(package.source) or _install_spec(package) for package in tree.packages]
+    ours = [packed[p.source] for p in tree.packages if p.source in packed]
+    overrides = {item.record.name: item.overrides for item in ours if item.overrides}
+    lockfile_bytes = await _npm_lockfile(
+        specs, pinned, overrides, platform, tree.harness or "tools"
+    )
     lockfile = json.loads(lockfile_bytes)
     for parent, missing, spec in missing_platform_packages(lockfile, platform):
         problem = await _platform_package_problem(registry, missing, spec)
@@ -142,10 +168,13 @@ async def plan_tree(
             f"{platform.npm_os}-{platform.npm_cpu}; npm skipped it silently)"
         )
     plan.unavailable.extend(misnamed_tarballs(lockfile, pinned))
+    for item in ours:
+        plan.unavailable.extend(pin_mismatches(lockfile, item))
+    tarballs = {tarball.spec: tarball.wanted for tarball in pinned}
     plan.planned.extend(_planned_packages(lockfile, tree.harness, platform, tarballs))
     if tree.harness is not None:
         sources = tuple(package.source for package in tree.packages)
-        plan.trees.append(PlannedTree(tree.harness, sources, lockfile_bytes))
+        plan.trees.append(PlannedTree(tree.harness, sources, lockfile_bytes, overrides))
     return plan
 
 
@@ -155,8 +184,7 @@ async def _pin_problem(
     if package.npm_name is not None and package.version is not None:
         return await registry.why_unavailable(package.npm_name, package.version)
     if package.source.startswith("git+"):
-        # The host reaches package registries only; a git source must arrive as a tarball.
-        return "git sources cannot be frozen here: pack it and pin it as 'file:' with its sha256"
+        return None  # fetched and packed before any check (runner.artifacts.git)
     tarball = paths_root / package.source.removeprefix("file:")
     if not tarball.is_file():
         return f"no such file {tarball}"
@@ -167,7 +195,7 @@ async def _pin_problem(
     return None
 
 
-def misnamed_tarballs(lockfile: dict[str, Any], pinned: list[PinnedPackage]) -> list[str]:
+def misnamed_tarballs(lockfile: dict[str, Any], pinned: list[PinnedTarball]) -> list[str]:
     """A pinned tarball whose lock ``name`` is not the name npm installed it under."""
     installed = {
         entry.get("resolved"): path.removeprefix("node_modules/")
@@ -175,38 +203,38 @@ def misnamed_tarballs(lockfile: dict[str, Any], pinned: list[PinnedPackage]) -> 
         if path.startswith("node_modules/")
     }
     return [
-        f"{package.source}: its package.json names it "
-        f"{installed.get(tarball_spec(package), '(nothing)')!r}, the lock says {package.name!r}"
-        for package in pinned
-        if package.name is not None and installed.get(tarball_spec(package)) != package.name
+        f"{tarball.package.source}: its package.json names it "
+        f"{installed.get(tarball.spec, '(nothing)')!r}, the lock says {tarball.package.name!r}"
+        for tarball in pinned
+        if tarball.package.name is not None and installed.get(tarball.spec) != tarball.package.name
     ]
-
-
-def tarball_spec(package: PinnedPackage) -> str:
-    """npm's spec for a pinned tarball, relative to the tree's directory, so the frozen lockfile
-    names it the same on every machine (``file:tarballs/<file name>``)."""
-    return f"file:{TARBALLS_DIR}/{Path(package.source.removeprefix('file:')).name}"
 
 
 def _install_spec(package: PinnedPackage) -> str:
     if package.npm_name is not None:
         return f"{package.npm_name}@{package.version}"
-    if package.source.startswith("file:"):
-        return tarball_spec(package)
     return package.source
 
 
 async def _npm_lockfile(
-    specs: list[str], tarballs: dict[str, Path], platform: GuestPlatform, label: str
+    specs: list[str],
+    tarballs: list[PinnedTarball],
+    overrides: dict[str, dict[str, Any]],
+    platform: GuestPlatform,
+    label: str,
 ) -> bytes:
-    """npm's lockfile for ``specs``; ``tarballs`` are copied to where their specs point."""
+    """npm's lockfile for ``specs``; ``tarballs`` are copied to where their specs point, and
+    ``overrides`` (package -> name -> version) hold versions inside a package's subtree."""
     with tempfile.TemporaryDirectory(prefix=f"npm-tree-{label}-") as workdir:
         directory = Path(workdir)
-        (directory / "package.json").write_text(json.dumps({"name": label, "private": True}))
-        for spec, source in tarballs.items():
-            target = directory / spec.removeprefix("file:")
+        package_json: dict[str, Any] = {"name": label, "private": True}
+        if overrides:
+            package_json["overrides"] = overrides
+        (directory / "package.json").write_text(json.dumps(package_json))
+        for tarball in tarballs:
+            target = directory / tarball.spec.removeprefix("file:")
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
+            shutil.copyfile(tarball.file, target)
         await run_tool(
             [
                 "npm", "install", "--package-lock-only", "--save-exact", "--ignore-scripts",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from runner.artifacts.fetch import Wanted
 from runner.spec.resolution import ArtifactKind
@@ -27,6 +28,7 @@ class PlannedTree:
     harness: str
     sources: tuple[str, ...]
     lockfile: bytes
+    overrides: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -1,8 +1,10 @@
 """Fetching a committed resolution: exactly the recorded artifacts, nothing asked of a resolver.
 
 Every artifact is fetched from its recorded URL and must have its recorded sha256 and size; a
-pinned ``file:`` tarball must still have its recorded digest; each harness tree's lockfile comes
-from the file committed beside the resolution and must have its recorded digest. Any difference
+pinned ``file:`` tarball must still have its recorded digest; a ``git+`` package is fetched at
+its commit and packed again, and the tarball must be the recorded one byte for byte; each
+harness tree's lockfile comes from the file committed beside the resolution and must have its
+recorded digest. Any difference
 fails closed, naming the artifact: the record is never rewritten here.
 """
 
@@ -13,9 +15,11 @@ from pathlib import Path
 from rich.console import Console
 
 from runner.artifacts.fetch import FetchReport, Wanted, fetch_all
+from runner.artifacts.git import pack_git
 from runner.cache.store import ArtifactStore
 from runner.core.errors import RunnerError
-from runner.spec.resolution import PinnedArtifact, Resolution, lockfile_path
+from runner.spec.lock import PinnedPackage
+from runner.spec.resolution import GitPackage, PinnedArtifact, Resolution, lockfile_path
 
 _RECORD = "the resolution"
 
@@ -27,6 +31,8 @@ async def fetch_recorded(
     store: ArtifactStore,
     console: Console,
 ) -> FetchReport:
+    for record in resolution.git_packages:
+        await _repack(record, store)
     for artifact in resolution.artifacts:
         if artifact.url.startswith("file:"):
             tarball = paths_root / artifact.url.removeprefix("file:")
@@ -53,6 +59,17 @@ async def fetch_recorded(
         if digest != tree.lockfile:
             raise RunnerError(f"{path}: sha256 is {digest}, {_RECORD} records {tree.lockfile}")
     return report
+
+
+async def _repack(record: GitPackage, store: ArtifactStore) -> None:
+    package = PinnedPackage(source=record.source, tag=record.tag, name=record.name)
+    packed = (await pack_git(package, store)).record
+    if packed.sha256 != record.sha256:
+        raise RunnerError(
+            f"{record.source}: packed tarball {record.filename} has sha256 {packed.sha256}, "
+            f"{_RECORD} records {record.sha256} (packed with {record.packed_with}; "
+            f"here {packed.packed_with})"
+        )
 
 
 def _check_digest(artifact: PinnedArtifact, digest: str) -> None:

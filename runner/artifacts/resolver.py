@@ -16,6 +16,7 @@ from rich.console import Console
 
 from runner.artifacts.debian import plan_debs
 from runner.artifacts.fetch import FetchReport, fetch_all
+from runner.artifacts.git import Packed, pack_git
 from runner.artifacts.http import new_session
 from runner.artifacts.npm import (
     NpmRegistry,
@@ -35,6 +36,7 @@ from runner.core.errors import RunnerError
 from runner.spec.lock import Lock
 from runner.spec.platform import GuestPlatform
 from runner.spec.resolution import (
+    GitPackage,
     HarnessTree,
     PinnedArtifact,
     Resolution,
@@ -87,7 +89,8 @@ async def resolve_lock(
         problems = [line for lines in await asyncio.gather(*checks) for line in lines]
         if problems:
             raise UnavailableArtifacts(problems)
-        steps = [plan_tree(tree, registry, platform, paths_root) for tree in trees]
+        packed = await _pack_git_packages(trees, store)
+        steps = [plan_tree(tree, registry, platform, paths_root, store, packed) for tree in trees]
         if "tools" in sections:
             steps.append(plan_node(lock.tools.node, registry, platform))
         if sections & {"debs", "wheels"}:
@@ -106,6 +109,7 @@ async def resolve_lock(
             harness=tree.harness,
             sources=tree.sources,
             lockfile=store.add_bytes(tree.lockfile, f"{tree.harness}-package-lock.json"),
+            overrides=tree.overrides,
         )
         for tree in plan.trees
     )
@@ -120,8 +124,28 @@ async def resolve_lock(
         tools=await _resolver_tools(),
         artifacts=artifacts,
         harness_trees=harness_trees,
+        git_packages=tuple(sorted((item.record for item in packed.values()), key=_by_source)),
     )
     return Resolved(resolution, report)
+
+
+async def _pack_git_packages(trees: list[NpmTree], store: ArtifactStore) -> dict[str, Packed]:
+    """Every ``git+`` package of the trees, fetched at its commit and packed (once each)."""
+    sources = {p.source: p for tree in trees for p in tree.packages if p.git_commit is not None}
+    results = await asyncio.gather(
+        *(pack_git(package, store) for package in sources.values()), return_exceptions=True
+    )
+    failures = [str(result) for result in results if isinstance(result, RunnerError)]
+    if failures:
+        raise UnavailableArtifacts(failures)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return {item.package.source: item for item in results if isinstance(item, Packed)}
+
+
+def _by_source(record: GitPackage) -> str:
+    return record.source
 
 
 def _npm_trees(lock: Lock, sections: frozenset[Section]) -> list[NpmTree]:

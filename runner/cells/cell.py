@@ -304,6 +304,7 @@ class CellRunner:
             phase_seconds=attempt.timer.seconds,
             failure_class=rule.failure_class,
             retried_attempts=attempt.retried,
+            first_request=counts.first_request if counts else None,
         )
 
     def _go_on_after(self, error: Exception, failure: Failure, cell: Cell) -> None:

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from runner.core.models import FrozenModel
+from runner.records.prompt import PromptFootprint
 
 RequestOutcome = Literal[
     "forwarded",  # sent to the provider; status is the provider's
@@ -63,6 +64,9 @@ class ProxyCellCounts(FrozenModel):
         description="every answered POST (2xx) carried usage; tokens are None when none did"
     )
     requests: tuple[RequestLogEntry, ...] = ()
+    first_request: PromptFootprint | None = Field(
+        default=None, description="tools and prompt sizes of the cell's first forwarded request"
+    )
     # Optional, so proxy records written before it existed still load (as an empty tally).
     upstream_statuses: dict[str, int] = Field(
         default_factory=dict,

@@ -41,6 +41,7 @@ from runner.provider import PROVIDER_MARKER, ProviderScript, ScriptedProvider
 from runner.provider.server import LOOPBACK
 from runner.provider.shapes import shape_for_path
 from runner.proxy.bearer import BEARER_BYTES, new_bearer
+from runner.proxy.footprint import prompt_footprint
 from runner.proxy.models import (
     ProxyCellCounts,
     RequestLogEntry,
@@ -50,6 +51,7 @@ from runner.proxy.models import (
 )
 from runner.proxy.usage import UsageMeter
 from runner.records.paths import RunPaths
+from runner.records.prompt import PromptFootprint
 from runner.spec.lock import Model
 
 log = logging.getLogger(__name__)
@@ -102,6 +104,7 @@ class _Cell:
     physical_posts: int = 0
     rejected_requests: int = 0
     requests: list[_Exchange] = field(default_factory=list)
+    first_request: PromptFootprint | None = None
     in_flight: set[asyncio.Task[Any]] = field(default_factory=set)
 
 
@@ -404,6 +407,7 @@ class CredentialProxy:
             usage_returned=bool(answered) and len(reported) == len(answered),
             requests=entries,
             upstream_statuses=upstream_statuses(entries),
+            first_request=cell.first_request,
         )
 
     def _admits(self, cell: _Cell | None, offered: str) -> bool:
@@ -459,6 +463,8 @@ class CredentialProxy:
         headers = _upstream_headers(request, header, cell.key)
         body = await request.read()
         exchange.request_bytes = len(body)
+        if cell.physical_posts == 0:
+            cell.first_request = prompt_footprint(request.path, body)
         timeout = aiohttp.ClientTimeout(total=max(0.001, cell.deadline - time.time()))
         response = web.StreamResponse()
         cell.physical_posts += 1

@@ -21,6 +21,7 @@ from runner.core.errors import InputError, RunnerError, describe_validation_erro
 from runner.core.files import read_model, write_model
 from runner.core.models import FailureClass, FrozenModel, Sha256
 from runner.records.paths import RunPaths
+from runner.records.prompt import PromptFootprint
 from runner.records.schedule import Cell
 
 Outcome = Literal["pass", "fail", "indeterminate"]
@@ -62,6 +63,8 @@ class LedgerLine(FrozenModel):
     retried_attempts: int = Field(
         default=0, ge=0, description="earlier attempts of the cell re-run by the retry policy"
     )
+    # The proxy's view of the cell's first provider request (None in older lines, or no request).
+    first_request: PromptFootprint | None = None
 
     @model_validator(mode="after")
     def _unattributed_matches_counts(self) -> LedgerLine:

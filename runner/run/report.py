@@ -8,6 +8,7 @@ from runner.core.errors import InputError
 from runner.core.files import read_model, write_atomic, write_model
 from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
+from runner.records.prompt import PromptFootprint
 from runner.records.schedule import Schedule
 from runner.run.failure_summary import render_failure_classes
 from runner.run.receipt import (
@@ -89,9 +90,41 @@ def write_report(run_dir: Path) -> Receipt:
     paths = RunPaths(run_dir)
     receipt = load_run(paths)
     write_model(paths.receipt, receipt)
-    write_atomic(paths.report_md, render_markdown(receipt).encode())
+    write_atomic(paths.report_md, (render_markdown(receipt) + prompt_overhead(paths)).encode())
     plot(receipt, paths.report_png)
     return receipt
+
+
+def prompt_overhead(paths: RunPaths) -> str:
+    """Per harness, what the proxy saw in each cell's first request: the tools offered (the
+    evidence its extensions loaded) and its fixed prompt overhead in bytes (min-max over cells)."""
+    labels = {harness.id: harness.label for harness in load_lock(paths.lock).harnesses}
+    seen: dict[str, list[PromptFootprint]] = {}
+    for line in Ledger(paths).lines():
+        if line.first_request is not None:
+            seen.setdefault(line.harness, []).append(line.first_request)
+    if not seen:
+        return ""
+
+    def span(values: list[int]) -> str:
+        low, high = min(values), max(values)
+        return f"{low:,}" if low == high else f"{low:,}-{high:,}"
+
+    rows = [
+        "## Harness prompt overhead (first request of each cell)",
+        "",
+        "| harness | cells | tools | system prompt bytes | tool definitions bytes | tool names |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for harness, footprints in sorted(seen.items()):
+        names = sorted({name for footprint in footprints for name in footprint.tool_names})
+        rows.append(
+            f"| {labels.get(harness, harness)} | {len(footprints)} "
+            f"| {span([len(f.tool_names) for f in footprints])} "
+            f"| {span([f.system_prompt_bytes for f in footprints])} "
+            f"| {span([f.tool_definitions_bytes for f in footprints])} | {', '.join(names)} |"
+        )
+    return "\n".join([*rows, ""]) + "\n"
 
 
 def fmt_tokens(totals: Totals) -> str:

@@ -58,11 +58,18 @@ class PinnedPackage(FrozenModel):
     # The package's own name (its package.json "name"), for a source that does not say it: a
     # harness registers an extension by the name it is installed under. Resolution checks it.
     name: str | None = Field(default=None, pattern=_NPM_NAME)
+    # For readers of a 'git+' source: the tag that names its commit. The commit is what counts;
+    # resolution fails closed when the remote's tag does not point at it.
+    tag: str | None = Field(default=None, pattern=r"^[\w][\w./-]{0,127}$")
+
+    LATE_FIELDS = frozenset({"tag"})
 
     @model_validator(mode="after")
     def _tarball_needs_digest(self) -> PinnedPackage:
         if self.source.startswith("file:") and self.sha256 is None:
             raise ValueError("a 'file:' source needs its sha256")
+        if self.tag is not None and self.git_commit is None:
+            raise ValueError("only a 'git+' source names a 'tag'")
         if self.name is not None and _NPM.match(self.source):
             raise ValueError("an 'npm:' source names its package itself: drop 'name'")
         return self
@@ -82,6 +89,17 @@ class PinnedPackage(FrozenModel):
     def version(self) -> str | None:
         match = _NPM.match(self.source)
         return match["version"] if match else None
+
+    @property
+    def git_url(self) -> str | None:
+        """The repository of a ``git+URL#COMMIT`` source."""
+        match = _GIT.match(self.source)
+        return match["url"] if match else None
+
+    @property
+    def git_commit(self) -> str | None:
+        match = _GIT.match(self.source)
+        return match["rev"] if match else None
 
 
 class Guest(FrozenModel):

@@ -51,6 +51,11 @@ class PinnedArtifact(FrozenModel):
     def sort_key(self) -> tuple[str, str, str, str]:
         return (self.kind, self.name, self.version, self.filename)
 
+    @property
+    def is_pinned_tarball(self) -> bool:
+        """A tarball the lock pins (``file:``, or packed from ``git+``), not a registry file."""
+        return self.url.startswith(("file:", "git+"))
+
 
 # Where a tree's pinned tarballs sit, relative to the tree's directory: the lockfile names them
 # as ``file:tarballs/<file>`` (artifacts.npm writes it, deploy's bundles put the files there).
@@ -67,6 +72,32 @@ class HarnessTree(FrozenModel):
     harness: Slug
     sources: tuple[str, ...] = Field(min_length=1)
     lockfile: Sha256
+    # npm ``overrides`` the tree was resolved with (a git package's own lockfile versions,
+    # runner.artifacts.git): npm ci checks the lockfile against them, so they install with it.
+    overrides: dict[str, Any] = Field(default_factory=dict)
+
+    def package_json(self, lockfile: dict[str, Any]) -> dict[str, Any]:
+        """The package.json that ``npm ci`` installs the frozen ``lockfile`` with."""
+        root = lockfile["packages"][""]
+        package = {"name": root["name"], "private": True, "dependencies": root["dependencies"]}
+        return {**package, "overrides": self.overrides} if self.overrides else package
+
+
+class GitPackage(FrozenModel):
+    """A ``git+URL#COMMIT`` package as packed on the host (runner.artifacts.git): the tarball
+    every later ``runner resolve`` must pack again byte for byte, and the own lockfile whose
+    versions its dependencies were installed at."""
+
+    source: str = Field(pattern=r"^git\+\S+#[0-9a-f]{40}$")
+    tag: str | None = None
+    name: str = Field(min_length=1)
+    version: str = Field(min_length=1)
+    filename: str = Field(min_length=1)
+    sha256: Sha256
+    packed_with: str = Field(min_length=1, description="the packing tool and its version")
+    own_lockfile: str | None = Field(description="bun.lock, package-lock.json, ...; None: none")
+    own_lockfile_sha256: Sha256 | None
+    pins_digest: Sha256 = Field(description="the name -> versions its own lockfile pins")
 
 
 class ResolverTools(FrozenModel):
@@ -97,6 +128,7 @@ class Resolution(FrozenModel):
     tools: ResolverTools
     artifacts: tuple[PinnedArtifact, ...]
     harness_trees: tuple[HarnessTree, ...]
+    git_packages: tuple[GitPackage, ...] = ()
 
     @model_validator(mode="before")
     @classmethod

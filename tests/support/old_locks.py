@@ -13,5 +13,3 @@ SEED_54_BEFORE = REPO_ROOT / "tests" / "fixtures" / "seed-54-before-tool-suites.
 SEED_54_BEFORE_FINGERPRINT = (
     "sha256:335d0ef491eabdbe47dccd0b5f395c58742e11b60b03b576cb13e63363abb91f"
 )
-# locks/demo.toml's environment inputs before those fields (its resolution was made for it).
-DEMO_ENVIRONMENT_INPUTS = "sha256:9abf1058d731f2e9f078eb0e16ebdbcd7782fd025abf5d73393b9ee755d09754"
