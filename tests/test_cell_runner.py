@@ -236,3 +236,34 @@ def test_a_finished_line_is_valid_json_for_the_ledger(lock, cells, paths, proxy,
     guest = FakeTransport(harbor(answer), trial_tree(tmp_path / "t", "half-reward"))
     line = runner_for(lock, paths, proxy, guest).run(cells[0], Ledger(paths))
     assert LedgerLine.model_validate_json(paths.ledger.read_text().splitlines()[0]) == line
+
+
+def test_the_line_keeps_the_request_sums_and_the_agent_cgroup(lock, cells, paths, proxy, tmp_path):
+    trials = trial_tree(tmp_path / "t", "pass", assistant_messages=1)
+    (trials / "trial-1" / "agent" / "agent-cgroup.json").write_text(
+        '{"cpu_usage_usec": 4250000, "memory_peak_bytes": 52428800, '
+        '"memory_source": "memory.peak", "harness_exit_code": 0}\n'
+    )
+    guest = FakeTransport(harbor(posting_harbor(proxy)), trials)
+    ledger = Ledger(paths)
+    line = runner_for(lock, paths, proxy, guest).run(cells[0], ledger)
+    (entry,) = proxy_record(paths, cells[0]).requests
+    assert entry.usage is not None and line.request_sums is not None
+    sums = line.request_sums
+    assert (sums.input_tokens, sums.output_tokens) == (
+        entry.usage.input_tokens,
+        entry.usage.output_tokens,
+    )
+    assert sums.cache_read_tokens == entry.usage.cache_read_tokens == 0  # turn 0: returned 0
+    assert sums.cache_write_tokens is None  # chat completions carries none: not returned
+    assert (sums.request_bytes, sums.response_bytes) == (entry.request_bytes, entry.response_bytes)
+    assert (line.agent_cpu_seconds, line.agent_peak_memory_bytes) == (4.25, 52428800)
+    assert ledger.lines() == [line]
+
+
+def test_a_trial_without_a_cgroup_reading_is_not_recorded(lock, cells, paths, proxy, tmp_path):
+    guest = FakeTransport(harbor(answer), trial_tree(tmp_path / "t", "fail"))
+    line = runner_for(lock, paths, proxy, guest).run(cells[0], Ledger(paths))
+    assert (line.agent_cpu_seconds, line.agent_peak_memory_bytes) == (None, None)
+    assert "agent_cpu_seconds" not in paths.ledger.read_text()
+    assert line.request_sums is not None and line.request_sums.answers_with_usage == 0

@@ -141,7 +141,11 @@ def test_scripts_follow_the_lock(
         f"{harness_bin}/{command} --session-dir /logs/agent/sessions "
         f"--mode json -p --provider {plan.model.provider} --model {plan.model.model} " in run
     )
-    assert run.endswith("< /dev/null > /logs/agent/events.jsonl 2> /logs/agent/harness-stderr.txt")
+    assert (
+        "< /dev/null > /logs/agent/events.jsonl 2> /logs/agent/harness-stderr.txt "
+        "|| harness_status=$?\n" in run
+    )
+    assert "> /logs/agent/agent-cgroup.json" in run and run.endswith('exit "$harness_status"')
     for script in (install, configure, run):
         assert f'export PATH="/bench/artifacts/{runtime_dir}/bin:{harness_bin}:$PATH"' in script
         assert "export PI_CODING_AGENT_DIR=/opt/bench/agent" in script

@@ -14,11 +14,12 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, ValidationError
 
 from runner.core.models import FrozenModel
-from runner.proxy.models import ProxyCellCounts
-from runner.records.ledger import unattributed_provider_post_requests
+from runner.guest.agent_plan import CONTAINER, AgentCgroup
+from runner.proxy.models import UPSTREAM_OUTCOMES, ProxyCellCounts
+from runner.records.ledger import RequestSums, unattributed_provider_post_requests
 
 
 class EventLogCount(FrozenModel):
@@ -107,3 +108,38 @@ def reconcile(events: EventLogCount, proxy: ProxyCellCounts) -> Reconciliation:
         ),
         problems=tuple(problems),
     )
+
+
+def request_sums(proxy: ProxyCellCounts) -> RequestSums | None:
+    """The ledger's per-cell sums of the proxy's request log; None for a record written before
+    the log carried the usage split (the ledger then says "not recorded")."""
+    if not proxy.per_request_accounting:
+        return None
+    posts = [entry for entry in proxy.requests if entry.outcome in UPSTREAM_OUTCOMES]
+    return RequestSums(
+        input_tokens=proxy.input_tokens,
+        output_tokens=proxy.output_tokens,
+        cache_read_tokens=proxy.cache_read_tokens,
+        cache_write_tokens=proxy.cache_write_tokens,
+        reasoning_tokens=proxy.reasoning_tokens,
+        answers_with_usage=sum(
+            entry.usage is not None and 200 <= entry.status < 300 for entry in posts
+        ),
+        request_bytes=sum(entry.request_bytes for entry in posts),
+        response_bytes=sum(entry.response_bytes for entry in posts),
+        latency_ms=round(sum(entry.duration_ms for entry in posts), 3),
+    )
+
+
+def agent_cgroup_in(trial_root: Path | None) -> AgentCgroup | None:
+    """The agent container's cgroup reading the run script left in the trial's agent/ dir;
+    None when there is none or it does not parse (the ledger then says "not recorded")."""
+    if trial_root is None:
+        return None
+    found = next(iter(sorted(trial_root.rglob(CONTAINER.agent_cgroup.name))), None)
+    if found is None:
+        return None
+    try:
+        return AgentCgroup.model_validate_json(found.read_bytes())
+    except ValidationError:
+        return None

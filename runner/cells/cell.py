@@ -26,7 +26,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from runner.cells.accounting import count_logical_attempts_in, reconcile
+from runner.cells.accounting import (
+    agent_cgroup_in,
+    count_logical_attempts_in,
+    reconcile,
+    request_sums,
+)
 from runner.cells.classify import classify, find_result
 from runner.cells.failure_class import Evidence, failure_class, harbor_evidence
 from runner.core.canonical import file_digest
@@ -286,6 +291,7 @@ class CellRunner:
         counts = attempt.counts
         rule = failure_class(evidence)
         physical_posts = counts.physical_posts if counts else 0
+        cgroup = agent_cgroup_in(attempt.trial_root)
         return LedgerLine(
             **cell_coordinates(attempt.cell),
             attempt=attempt.record.attempt,
@@ -305,6 +311,9 @@ class CellRunner:
             failure_class=rule.failure_class,
             retried_attempts=attempt.retried,
             first_request=counts.first_request if counts else None,
+            request_sums=request_sums(counts) if counts else None,
+            agent_cpu_seconds=cgroup.cpu_seconds if cgroup else None,
+            agent_peak_memory_bytes=cgroup.memory_peak_bytes if cgroup else None,
         )
 
     def _go_on_after(self, error: Exception, failure: Failure, cell: Cell) -> None:

@@ -14,6 +14,12 @@ under TCG), write the models file pointing at the proxy into a config dir of the
 own, register the extensions with ``pi install`` and run the harness in JSON mode with its event
 log in the agent log dir, which Harbor keeps as ``<trial>/agent/``. The bearer is never in a
 script: it reaches the harness process only as an environment variable.
+
+When the harness has exited, the run script reads the container's own cgroup (v2: inside the
+container ``/sys/fs/cgroup`` is the container's cgroup) before Harbor runs the verifier or
+removes the container: CPU time and peak memory of everything the container ran so far (the
+install and configure scripts too), kept as ``agent-cgroup.json`` beside the event log. The
+script still exits with the harness's exit code.
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ from runner.spec.lock import Harness, Model
 ARTIFACTS_ENV = "BENCH_ARTIFACTS_DIR"
 DEFAULT_ARTIFACTS_DIR = "/bench/artifacts"
 PROXY_BASE_URL_ENV = "BENCH_PROXY_BASE_URL"
+CGROUP_ROOT_ENV = "BENCH_CGROUP_ROOT"  # set only by tests: a fake cgroup directory
+DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
+# Peak memory, cgroup v2 first, then cgroup v1's file (in the cgroup, or under its memory/).
+PEAK_MEMORY_FILES = ("memory.peak", "memory.max_usage_in_bytes", "memory/memory.max_usage_in_bytes")
 
 # Harbor mounts the trial's agent/ dir here; what the harness writes here is kept.
 AGENT_LOG_DIR = PurePosixPath("/logs/agent")
@@ -87,8 +97,26 @@ class ContainerPaths:
     def sessions(self) -> PurePosixPath:
         return AGENT_LOG_DIR / "sessions"
 
+    @property
+    def agent_cgroup(self) -> PurePosixPath:
+        return AGENT_LOG_DIR / "agent-cgroup.json"
+
 
 CONTAINER = ContainerPaths()
+
+
+class AgentCgroup(FrozenModel):
+    """``agent-cgroup.json``, as the run script writes it: None where the cgroup had no such
+    file (or an unreadable value)."""
+
+    cpu_usage_usec: int | None = Field(ge=0)
+    memory_peak_bytes: int | None = Field(ge=0)
+    memory_source: str | None = Field(description="the file the peak came from")
+    harness_exit_code: int
+
+    @property
+    def cpu_seconds(self) -> float | None:
+        return None if self.cpu_usage_usec is None else self.cpu_usage_usec / 1e6
 
 
 class AgentPlan(FrozenModel):
@@ -161,11 +189,44 @@ def configure_script(plan: AgentPlan) -> str:
 def run_script(plan: AgentPlan, instruction: str) -> str:
     """As the agent user: the harness on one prompt, its JSON event log kept in /logs/agent."""
     arguments = ["--session-dir", str(CONTAINER.sessions), *agent_command(plan.model, instruction)]
-    return _script(
-        plan,
-        f"mkdir -p {CONTAINER.sessions}",
+    harness = (
         f"{_q(plan.command)} {shlex.join(arguments)} < /dev/null "
-        f"> {CONTAINER.event_log} 2> {CONTAINER.harness_stderr}",
+        f"> {CONTAINER.event_log} 2> {CONTAINER.harness_stderr}"
+    )
+    return _script(
+        plan, f"mkdir -p {CONTAINER.sessions}", *then_record_cgroup(harness, CONTAINER.agent_cgroup)
+    )
+
+
+def then_record_cgroup(command: str, output: PurePosixPath) -> tuple[str, ...]:
+    """``command``, then the cgroup's reading written to ``output`` (never failing the script),
+    then exit with ``command``'s exit code."""
+    return (
+        "harness_status=0",
+        f"{command} || harness_status=$?",
+        f"( {_cgroup_reading()} ) > {_q(output)} 2> /dev/null || true",
+        'exit "$harness_status"',
+    )
+
+
+def _cgroup_reading() -> str:
+    """Shell printing an ``AgentCgroup`` of the cgroup at ``$BENCH_CGROUP_ROOT`` (default: the
+    container's own), in bash alone: a task image need not have awk."""
+    peak_files = " ".join(PEAK_MEMORY_FILES)
+    return "; ".join(
+        (
+            f"root=${{{CGROUP_ROOT_ENV}:-{DEFAULT_CGROUP_ROOT}}}",
+            "cpu=null; peak=null; source=null",
+            'if [ -r "$root/cpu.stat" ]; then while read -r key value; do '
+            '[ "$key" = usage_usec ] && cpu=$value; done < "$root/cpu.stat"; fi',
+            f"for name in {peak_files}; do "
+            'if [ -r "$root/$name" ]; then peak=$(cat "$root/$name"); '
+            r'source="\"$name\""; break; fi; done',
+            "case $cpu in ''|*[!0-9]*) cpu=null;; esac",
+            "case $peak in ''|*[!0-9]*) peak=null; source=null;; esac",
+            'printf \'{"cpu_usage_usec": %s, "memory_peak_bytes": %s, "memory_source": %s, '
+            '"harness_exit_code": %s}\\n\' "$cpu" "$peak" "$source" "$harness_status"',
+        )
     )
 
 

@@ -48,6 +48,11 @@ class ProviderScript(FrozenModel):
     turns: tuple[Turn, ...]
     final_text: str = "Done."
     faults: tuple[Fault, ...] = ()
+    usage_details: bool = Field(
+        default=True,
+        description="answers carry their shape's cache and reasoning usage fields; False: "
+        "input and output tokens only, as a provider without a cache reports",
+    )
 
     def turn(self, index: int) -> Turn:
         """The turn for the ``index``-th assistant message; past the end, the final stop."""

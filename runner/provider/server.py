@@ -107,6 +107,7 @@ class ScriptedProvider:
             model=str(body.get("model", "")),
             input_tokens=max(1, len(raw) // 4),
             output_tokens=max(1, len(turn.model_dump_json()) // 4),
+            usage_details=self._script.usage_details,
         )
 
     async def _stream(

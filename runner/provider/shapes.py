@@ -34,6 +34,25 @@ class Reply:
     model: str
     input_tokens: int
     output_tokens: int
+    usage_details: bool = True  # False: usage without the cache and reasoning fields
+
+    # Deterministic stand-ins: a later turn reads half its input from the cache (the history
+    # repeats), the first reads none (0 returned, not "not returned"); a quarter is written.
+    @property
+    def cache_read_tokens(self) -> int:
+        return self.input_tokens // 2 if self.turn_index else 0
+
+    @property
+    def cache_write_tokens(self) -> int:
+        return self.input_tokens // 4
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return self.output_tokens // 2
+
+    def details(self, **fields: dict[str, int] | int) -> dict[str, dict[str, int] | int]:
+        """The shape's cache and reasoning fields, or none when the script leaves them out."""
+        return fields if self.usage_details else {}
 
     @property
     def response_id(self) -> str:
@@ -69,11 +88,15 @@ class ChatCompletions:
 
     path_suffix = "/chat/completions"
 
-    def _usage(self, reply: Reply) -> dict[str, int]:
+    def _usage(self, reply: Reply) -> dict[str, Any]:
         return {
             "prompt_tokens": reply.input_tokens,
             "completion_tokens": reply.output_tokens,
             "total_tokens": reply.input_tokens + reply.output_tokens,
+            **reply.details(
+                prompt_tokens_details={"cached_tokens": reply.cache_read_tokens},
+                completion_tokens_details={"reasoning_tokens": reply.reasoning_tokens},
+            ),
         }
 
     def _finish(self, reply: Reply) -> str:
@@ -170,6 +193,10 @@ class Responses:
                 "input_tokens": reply.input_tokens,
                 "output_tokens": reply.output_tokens,
                 "total_tokens": reply.input_tokens + reply.output_tokens,
+                **reply.details(
+                    input_tokens_details={"cached_tokens": reply.cache_read_tokens},
+                    output_tokens_details={"reasoning_tokens": reply.reasoning_tokens},
+                ),
             },
         }
 
@@ -245,7 +272,18 @@ class AnthropicMessages:
             "content": self._blocks(reply),
             "stop_reason": self._stop_reason(reply),
             "stop_sequence": None,
-            "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens},
+            "usage": self._usage(reply, reply.output_tokens),
+        }
+
+    def _usage(self, reply: Reply, output_tokens: int) -> dict[str, Any]:
+        """Anthropic reports no reasoning tokens: thinking is counted in the output."""
+        return {
+            "input_tokens": reply.input_tokens,
+            "output_tokens": output_tokens,
+            **reply.details(
+                cache_read_input_tokens=reply.cache_read_tokens,
+                cache_creation_input_tokens=reply.cache_write_tokens,
+            ),
         }
 
     def events(self, reply: Reply, request: dict[str, Any]) -> list[bytes]:
@@ -253,7 +291,7 @@ class AnthropicMessages:
             **self.body(reply),
             "content": [],
             "stop_reason": None,
-            "usage": {"input_tokens": reply.input_tokens, "output_tokens": 1},
+            "usage": self._usage(reply, 1),
         }
         events: list[dict[str, Any]] = [{"type": "message_start", "message": started}]
         for index, block in enumerate(self._blocks(reply)):

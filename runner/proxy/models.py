@@ -21,9 +21,26 @@ RequestOutcome = Literal[
 
 
 class TokenUsage(FrozenModel):
+    """One answer's usage split as the provider returned it (``runner.proxy.usage`` says where
+    each field comes from per shape); None: the answer did not carry that field, never 0."""
+
     input_tokens: int | None = Field(default=None, ge=0)
     output_tokens: int | None = Field(default=None, ge=0)
     total_tokens: int | None = Field(default=None, ge=0)
+    # Optional, so usage recorded before the split existed still loads.
+    cache_read_tokens: int | None = Field(default=None, ge=0)
+    cache_write_tokens: int | None = Field(default=None, ge=0)
+    reasoning_tokens: int | None = Field(default=None, ge=0)
+
+
+# The fields of TokenUsage, in the order the report shows them (total_tokens is derived).
+USAGE_SPLIT: tuple[str, ...] = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
 
 
 class RequestLogEntry(FrozenModel):
@@ -40,6 +57,13 @@ class RequestLogEntry(FrozenModel):
     duration_ms: float = Field(ge=0)
     usage: TokenUsage | None = Field(
         default=None, description="as the provider returned it; None when it returned none"
+    )
+    # Optional, so request logs written before it existed still load.
+    first_byte_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description="from the request's arrival to the provider's status line; None when the "
+        "request was not sent on or no answer came",
     )
 
 
@@ -62,6 +86,15 @@ class ProxyCellCounts(FrozenModel):
     total_tokens: int | None = Field(default=None, ge=0)
     usage_returned: bool = Field(
         description="every answered POST (2xx) carried usage; tokens are None when none did"
+    )
+    # Optional, so proxy records written before the usage split existed still load.
+    cache_read_tokens: int | None = Field(default=None, ge=0)
+    cache_write_tokens: int | None = Field(default=None, ge=0)
+    reasoning_tokens: int | None = Field(default=None, ge=0)
+    per_request_accounting: bool = Field(
+        default=False,
+        description="the request log carries the usage split (cache, reasoning) and the time "
+        "to first byte; False in records written before them (there: 'not recorded')",
     )
     requests: tuple[RequestLogEntry, ...] = ()
     first_request: PromptFootprint | None = Field(
@@ -92,3 +125,12 @@ def upstream_statuses(entries: tuple[RequestLogEntry, ...]) -> dict[str, int]:
         if entry.outcome in UPSTREAM_OUTCOMES and entry.status:
             tally[str(entry.status)] = tally.get(str(entry.status), 0) + 1
     return dict(sorted(tally.items()))
+
+
+def usage_totals(reported: list[TokenUsage]) -> TokenUsage:
+    """Each usage field summed over the answers that carried it; None when none did."""
+    totals: dict[str, int | None] = {}
+    for name in TokenUsage.model_fields:
+        found = [value for usage in reported if (value := getattr(usage, name)) is not None]
+        totals[name] = sum(found) if found else None
+    return TokenUsage(**totals)

@@ -48,6 +48,7 @@ from runner.proxy.models import (
     RequestOutcome,
     TokenUsage,
     upstream_statuses,
+    usage_totals,
 )
 from runner.proxy.usage import UsageMeter
 from runner.records.paths import RunPaths
@@ -124,6 +125,7 @@ class _Exchange:
     response_bytes: int = 0
     duration_ms: float = 0.0
     usage: dict[str, int] | None = None  # TokenUsage's fields, as the UsageMeter found them
+    first_byte_ms: float | None = None
 
     def entry(self, cell_id: str | None) -> RequestLogEntry:
         return RequestLogEntry(
@@ -137,7 +139,11 @@ class _Exchange:
             response_bytes=self.response_bytes,
             duration_ms=self.duration_ms,
             usage=None if self.usage is None else TokenUsage(**self.usage),
+            first_byte_ms=self.first_byte_ms,
         )
+
+    def mark_first_byte(self) -> None:
+        self.first_byte_ms = (time.perf_counter() - self.started) * 1000
 
 
 async def _expect(request: web.BaseRequest) -> None:
@@ -384,11 +390,6 @@ class CredentialProxy:
             entry for entry in entries if entry.outcome == "forwarded" and 200 <= entry.status < 300
         ]
         reported = [entry.usage for entry in answered if entry.usage is not None]
-
-        def total(name: str) -> int | None:
-            values = [value for usage in reported if (value := getattr(usage, name)) is not None]
-            return sum(values) if values else None
-
         scripted = cell.model.is_scripted
         return ProxyCellCounts(
             cell_id=cell.cell_id,
@@ -401,9 +402,8 @@ class CredentialProxy:
             provider_posts_received=(
                 self._provider.posts_received if scripted and self._provider else None
             ),
-            input_tokens=total("input_tokens"),
-            output_tokens=total("output_tokens"),
-            total_tokens=total("total_tokens"),
+            **usage_totals(reported).model_dump(),
+            per_request_accounting=True,
             usage_returned=bool(answered) and len(reported) == len(answered),
             requests=entries,
             upstream_statuses=upstream_statuses(entries),
@@ -472,6 +472,7 @@ class CredentialProxy:
             async with self._session.post(
                 cell.upstream + request.path_qs, data=body, headers=headers, timeout=timeout
             ) as upstream:
+                exchange.mark_first_byte()
                 exchange.status = upstream.status
                 passed_back = CIMultiDict(
                     (name, value)

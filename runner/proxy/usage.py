@@ -8,6 +8,22 @@ Where usage appears, per shape:
   then ``usage`` of ``message_delta`` (output).
 A later report of a field replaces an earlier one. No usage seen means "not returned" (None).
 Only non-negative integers count as token numbers: anything else the provider sends is ignored.
+
+The split is kept as the provider gives it, each field under the name of ``TokenUsage``:
+
+=================  ==========================================  =================================
+field              chat completions / responses                anthropic messages
+=================  ==========================================  =================================
+input_tokens       prompt_tokens / input_tokens                input_tokens (without the cache)
+output_tokens      completion_tokens / output_tokens           output_tokens
+cache_read_tokens  prompt_tokens_details.cached_tokens /       cache_read_input_tokens
+                   input_tokens_details.cached_tokens
+cache_write_tokens (none)                                      cache_creation_input_tokens
+reasoning_tokens   completion_tokens_details.reasoning_tokens  (none)
+                   / output_tokens_details.reasoning_tokens
+=================  ==========================================  =================================
+
+A field the answer does not carry stays out of the result ("not returned"), never 0.
 """
 
 from __future__ import annotations
@@ -15,12 +31,32 @@ from __future__ import annotations
 import json
 from typing import Any
 
-# Field names per direction, OpenAI chat names first.
-_FIELDS = {
-    "input_tokens": ("prompt_tokens", "input_tokens"),
-    "output_tokens": ("completion_tokens", "output_tokens"),
-    "total_tokens": ("total_tokens",),
+# Where each field is in a usage object (a key path), OpenAI chat names first.
+_FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "input_tokens": (("prompt_tokens",), ("input_tokens",)),
+    "output_tokens": (("completion_tokens",), ("output_tokens",)),
+    "total_tokens": (("total_tokens",),),
+    "cache_read_tokens": (
+        ("prompt_tokens_details", "cached_tokens"),
+        ("input_tokens_details", "cached_tokens"),
+        ("cache_read_input_tokens",),
+    ),
+    "cache_write_tokens": (("cache_creation_input_tokens",),),
+    "reasoning_tokens": (
+        ("completion_tokens_details", "reasoning_tokens"),
+        ("output_tokens_details", "reasoning_tokens"),
+    ),
 }
+
+
+def _count_at(usage: dict[str, Any], path: tuple[str, ...]) -> int | None:
+    """The token count at ``path`` in ``usage``; None when absent or not a count."""
+    value: Any = usage
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    if type(value) is int and value >= 0:  # bool is an int too, but no count
+        return value
+    return None
 
 
 def _usage_objects(event: dict[str, Any]) -> list[dict[str, Any]]:
@@ -71,9 +107,8 @@ class UsageMeter:
         if not isinstance(event, dict):
             return
         for usage in _usage_objects(event):
-            for field, names in _FIELDS.items():
-                for name in names:
-                    value = usage.get(name)
-                    if type(value) is int and value >= 0:  # bool is an int too, but no count
-                        self._fields[field] = value
-                        break
+            for field, paths in _FIELDS.items():
+                found = (_count_at(usage, path) for path in paths)
+                value = next((count for count in found if count is not None), None)
+                if value is not None:
+                    self._fields[field] = value

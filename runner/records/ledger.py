@@ -34,8 +34,26 @@ class RetainedFile(FrozenModel):
     sha256: Sha256
 
 
+class RequestSums(FrozenModel):
+    """One cell's request log summed (the proxy record has each request). Provider-reported:
+    the tokens, each summed over the answers that carried the field, None when none did ("not
+    returned", never 0). Measured by the proxy: bytes and latency over every physical POST."""
+
+    input_tokens: int | None = Field(default=None, ge=0)
+    output_tokens: int | None = Field(default=None, ge=0)
+    cache_read_tokens: int | None = Field(default=None, ge=0)
+    cache_write_tokens: int | None = Field(default=None, ge=0)
+    reasoning_tokens: int | None = Field(default=None, ge=0)
+    answers_with_usage: int = Field(ge=0, description="2xx answers that carried usage")
+    request_bytes: int = Field(ge=0)
+    response_bytes: int = Field(ge=0)
+    latency_ms: float = Field(ge=0, description="the physical POSTs' durations, summed")
+
+
 class LedgerLine(FrozenModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # Left out of a line at their default (None: "not recorded"), so lines keep their shape.
+    LATE_FIELDS = frozenset({"request_sums", "agent_cpu_seconds", "agent_peak_memory_bytes"})
 
     schema_version: Literal[1] = 1
     cell_id: str
@@ -65,6 +83,13 @@ class LedgerLine(FrozenModel):
     )
     # The proxy's view of the cell's first provider request (None in older lines, or no request).
     first_request: PromptFootprint | None = None
+    request_sums: RequestSums | None = None
+    agent_cpu_seconds: float | None = Field(
+        default=None, ge=0, description="the agent container's CPU time up to the harness's end"
+    )
+    agent_peak_memory_bytes: int | None = Field(
+        default=None, ge=0, description="the agent container's peak memory up to the harness's end"
+    )
 
     @model_validator(mode="after")
     def _unattributed_matches_counts(self) -> LedgerLine:

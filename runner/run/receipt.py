@@ -14,7 +14,7 @@ Renderers only format it. Receipts written before it load with ``stats`` None.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from itertools import combinations
 from typing import Literal
@@ -22,10 +22,12 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 
 from runner.core.models import FrozenModel
+from runner.proxy.models import ProxyCellCounts
 from runner.records.ledger import Failure, LedgerLine
 from runner.records.schedule import Batch, Schedule
 from runner.run import stats
 from runner.run.failure_summary import FailureClasses, failure_classes
+from runner.run.requests import HarnessRequests, requests_by_harness
 from runner.run.stats import Estimate, Interval, Methods, PermutationTest, Proportion
 from runner.spec.lock import Harness, Lock
 
@@ -188,6 +190,8 @@ class BatchReceipt(FrozenModel):
     tasks: tuple[GroupSummary, ...]
     comparisons: tuple[Comparison, ...]
     stats: BatchStats | None = None  # None only in receipts written before the stats section
+    # None only in receipts written before it (runner.run.requests).
+    requests: tuple[HarnessRequests, ...] | None = None
 
 
 class Identities(FrozenModel):
@@ -481,7 +485,11 @@ def batch_stats(
 
 
 def batch_receipt(
-    lock: Lock, batch: Batch, lines: list[LedgerLine], run_reasons: tuple[str, ...]
+    lock: Lock,
+    batch: Batch,
+    lines: list[LedgerLine],
+    run_reasons: tuple[str, ...],
+    records: Mapping[str, ProxyCellCounts],
 ) -> BatchReceipt:
     scheduled = {cell.id for cell in batch.cells}
     recorded = [line for line in lines if line.cell_id in scheduled]
@@ -520,6 +528,7 @@ def batch_receipt(
         tasks=tasks,
         comparisons=compare(harnesses, pairs, cells_by_harness(recorded)),
         stats=batch_stats(lock, batch, recorded, pairs),
+        requests=requests_by_harness(lock, recorded, records),
     )
 
 
@@ -550,7 +559,9 @@ def build_receipt(
     credential_scan: EvidenceState,
     final_verify: EvidenceState,
     aborted: RunAbort | None = None,
+    records: Mapping[str, ProxyCellCounts] | None = None,
 ) -> Receipt:
+    """``records``: the proxy records of the cells, by cell id (a cell without one: none)."""
     run_reasons = [aborted.reason] if aborted else []
     if credential_scan != "clean":
         run_reasons.append(f"credential scan: {credential_scan}")
@@ -560,7 +571,8 @@ def build_receipt(
     if unknown:
         run_reasons.append(f"{len(unknown)} ledger lines name cells not in the schedule")
     batches = tuple(
-        batch_receipt(lock, batch, lines, tuple(run_reasons)) for batch in schedule.batches
+        batch_receipt(lock, batch, lines, tuple(run_reasons), records or {})
+        for batch in schedule.batches
     )
     status = max((batch.status for batch in batches), key=_STATUS_ORDER.index)
     reasons = tuple(dict.fromkeys(reason for batch in batches for reason in batch.reasons))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from runner.core.errors import InputError
 from runner.core.files import read_model, write_atomic, write_model
-from runner.records.ledger import Ledger
+from runner.proxy.models import ProxyCellCounts
+from runner.records.ledger import Ledger, LedgerLine
 from runner.records.paths import RunPaths
 from runner.records.prompt import PromptFootprint
 from runner.records.schedule import Schedule
@@ -27,6 +29,7 @@ from runner.run.receipt import (
     Totals,
     build_receipt,
 )
+from runner.run.requests import Figure, HarnessRequests
 from runner.run.stats import Estimate, Interval, Methods, Proportion
 from runner.spec.lock import load_lock
 from runner.verify.report import VerifyReport
@@ -70,7 +73,15 @@ def load_run(paths: RunPaths) -> Receipt:
         raise InputError(f"{paths.schedule}: schedule was made from another lock")
     lines = Ledger(paths).lines()
     aborted = read_model(paths.aborted, RunAbort) if paths.aborted.exists() else None
-    receipt = build_receipt(lock, schedule, lines, scan_state(paths), verify_state(paths), aborted)
+    receipt = build_receipt(
+        lock,
+        schedule,
+        lines,
+        scan_state(paths),
+        verify_state(paths),
+        aborted,
+        records=proxy_records(paths, lines),
+    )
     return with_reference_versions(receipt, lock.reference_versions)
 
 
@@ -84,6 +95,12 @@ def with_reference_versions(receipt: Receipt, reference: dict[str, str]) -> Rece
             tools[f"{tool} (reference run)"] = reference[tool]
     identities = receipt.identities.model_copy(update={"tools": tools})
     return receipt.model_copy(update={"identities": identities})
+
+
+def proxy_records(paths: RunPaths, lines: list[LedgerLine]) -> dict[str, ProxyCellCounts]:
+    """The proxy record of each ledger line's cell that has one."""
+    found = ((line.cell_id, paths.proxy_counts(line.cell_id)) for line in lines)
+    return {cell: read_model(path, ProxyCellCounts) for cell, path in found if path.exists()}
 
 
 def write_report(run_dir: Path) -> Receipt:
@@ -364,7 +381,74 @@ def _batch_section(batch: BatchReceipt) -> list[str]:
         lines += ["", f"Provider tokens {NOT_RETURNED} for: {', '.join(missing_tokens)}."]
     if batch.stats is not None:
         lines += ["", *_stats_section(batch.stats, labels)]
+    if batch.requests is not None:
+        lines += ["", *_requests_section(batch.requests)]
     return [*lines, ""]
+
+
+NOT_RECORDED = "not recorded"
+_REQUESTS_CAPTION = (
+    "Each figure: median [IQR] (min-max), and (n/m) when only n of the m requests or cells "
+    f"have it. *{NOT_RECORDED}*: the run's files were written before the figure was kept; "
+    f"*{NOT_RETURNED}*: kept, but no answer of the provider carried it."
+)
+_PROVIDER_CAPTION = (
+    "**Provider-reported** (the provider's usage of each answered request, 2xx, split as it "
+    "returned it; the shapes differ: Anthropic's input excludes the cache, OpenAI's includes it):"
+)
+_MEASURED_CAPTION = (
+    "**Locally measured** (physical POSTs per cell, bytes and latency per physical POST: the "
+    "credential proxy on the host; agent CPU and peak memory per cell: the agent container's "
+    "cgroup at the harness's end, its install and configure steps included):"
+)
+
+
+def fmt_figure(figure: Figure) -> str:
+    spread = figure.spread
+    if figure.recorded == 0:
+        return NOT_RECORDED
+    if spread.median is None or spread.low is None or spread.high is None:
+        return NOT_RETURNED
+    number = ",.1f" if figure.unit in {"s", "MiB", "ms"} else ",.0f"
+    text = f"{spread.median:{number}} [{spread.q1:{number}}-{spread.q3:{number}}]"
+    text += f" ({spread.low:{number}}-{spread.high:{number}})"
+    return text if spread.n == figure.of else f"{text} ({spread.n}/{figure.of})"
+
+
+def _figure_heading(figure: Figure) -> str:
+    return " ".join(word for word in (figure.name, figure.unit) if word) + f" / {figure.per}"
+
+
+def _figures_table(
+    groups: tuple[HarnessRequests, ...], figures_of: Callable[[HarnessRequests], tuple[Figure, ...]]
+) -> list[str]:
+    headings = [_figure_heading(figure) for figure in figures_of(groups[0])]
+    rows = [
+        f"| harness | cells | requests logged (proxy) | {' | '.join(headings)} |",
+        "|---|---:|---:|" + "---:|" * len(headings),
+    ]
+    for group in groups:
+        cells = " | ".join(fmt_figure(figure) for figure in figures_of(group))
+        rows.append(f"| {group.label} | {group.cells} | {group.requests} | {cells} |")
+    return rows
+
+
+def _requests_section(groups: tuple[HarnessRequests, ...]) -> list[str]:
+    if not groups:
+        return []
+    return [
+        "### Requests and agent cost per harness",
+        "",
+        _REQUESTS_CAPTION,
+        "",
+        _PROVIDER_CAPTION,
+        "",
+        *_figures_table(groups, lambda group: group.provider_reported),
+        "",
+        _MEASURED_CAPTION,
+        "",
+        *_figures_table(groups, lambda group: group.measured),
+    ]
 
 
 def render_markdown(receipt: Receipt) -> str:

@@ -223,3 +223,28 @@ def stratified_permutation(
     null = _kruskal_h(data, shuffled)
     exceed = int(np.sum(null >= observed - 1e-9))
     return PermutationTest(statistic=observed, p_value=(1 + exceed) / (1 + PERMUTATIONS))
+
+
+class Spread(FrozenModel):
+    """Median, quartiles (IQR = q3 - q1) and range of ``n`` values; None when ``n`` is 0."""
+
+    n: int
+    median: float | None
+    q1: float | None
+    q3: float | None
+    low: float | None
+    high: float | None
+
+
+def spread(values: Sequence[float]) -> Spread:
+    if not values:
+        return Spread(n=0, median=None, q1=None, q3=None, low=None, high=None)
+    q1, middle, q3 = (float(q) for q in np.percentile(values, [25, 50, 75]))
+    return Spread(
+        n=len(values),
+        median=middle,
+        q1=q1,
+        q3=q3,
+        low=float(min(values)),
+        high=float(max(values)),
+    )
