@@ -10,6 +10,7 @@ apt_packages=(
   qemu-system-arm qemu-system-x86 qemu-efi-aarch64 qemu-utils
   mmdebstrap arch-test qemu-user-static binfmt-support e2fsprogs
   openssh-client git sqlite3 tini socat cpio
+  chromium-headless-shell
   python3-venv python3-dev build-essential
 )
 missing=()

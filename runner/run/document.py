@@ -24,6 +24,7 @@ class Strong(str):
     __slots__ = ()
 
 
+NOT_RETURNED = "not returned"  # a value the provider did not return: never shown as 0
 Text = tuple[str, ...]  # runs of plain, ``Code`` or ``Strong`` text, in order
 Align = Literal["left", "right"]
 

@@ -1,4 +1,5 @@
-"""``runner report RUN_DIR``: derive receipt.json, report.md and report.png from a run directory."""
+"""``runner report RUN_DIR``: derive receipt.json, report.md, report.png and report.html (with
+its plots, runner.run.html_report) from a run directory."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
 from runner.records.schedule import Schedule
 from runner.run.document import (
+    NOT_RETURNED,
     Align,
     Block,
     Bullets,
@@ -23,6 +25,7 @@ from runner.run.document import (
     bullets,
     table,
 )
+from runner.run.html_report import write_html
 from runner.run.receipt import (
     BatchReceipt,
     BatchStats,
@@ -39,11 +42,11 @@ from runner.run.receipt import (
     Totals,
     build_receipt,
 )
+from runner.run.report_plots import save as save_png
 from runner.run.stats import Estimate, Interval, Methods, Proportion
 from runner.spec.lock import load_lock
 from runner.verify.report import VerifyReport
 
-NOT_RETURNED = "not returned"
 _METRIC_WORDS = {
     "provider_tokens": "tokens",
     "physical_posts": "physical POSTs",
@@ -88,9 +91,11 @@ def load_run(paths: RunPaths) -> Receipt:
 def write_report(run_dir: Path) -> Receipt:
     paths = RunPaths(run_dir)
     receipt = load_run(paths)
+    blocks = document(receipt)
     write_model(paths.receipt, receipt)
-    write_atomic(paths.report_md, render_markdown(receipt).encode())
+    write_atomic(paths.report_md, markdown(blocks).encode())
     plot(receipt, paths.report_png)
+    write_html(paths, receipt, blocks)
     return receipt
 
 
@@ -452,8 +457,12 @@ def md_block(block: Block) -> list[str]:
             return md_table(block)
 
 
+def markdown(blocks: list[Block]) -> str:
+    return "\n\n".join("\n".join(md_block(block)) for block in blocks) + "\n"
+
+
 def render_markdown(receipt: Receipt) -> str:
-    return "\n\n".join("\n".join(md_block(block)) for block in document(receipt)) + "\n"
+    return markdown(document(receipt))
 
 
 def plot(receipt: Receipt, path: Path) -> None:
@@ -497,7 +506,4 @@ def plot(receipt: Receipt, path: Path) -> None:
             axis.set_xlim(-0.6, len(labels) - 0.4)
             axis.set_ylim(bottom=0)
     figure.suptitle(f"{receipt.identities.lock_name}: {receipt.status}")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    save_png(figure, path)
