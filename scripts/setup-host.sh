@@ -11,6 +11,7 @@ apt_packages=(
   mmdebstrap arch-test qemu-user-static binfmt-support e2fsprogs
   openssh-client git sqlite3 tini socat cpio
   ripgrep fd-find
+  chromium-headless-shell
   python3-venv python3-dev build-essential
 )
 missing=()

@@ -20,6 +20,7 @@ from runner.lab.state import LabState
 from runner.lab.transport import SshTransport
 from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
+from tests.support.browser import CI_ARTIFACTS, render
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e]
 DEMO = REPO_ROOT / "locks" / "demo.toml"
@@ -97,6 +98,11 @@ def test_demo_lock_killed_mid_run_resumes_to_the_end(frozen_lab: LabState, tmp_p
     assert receipt["final_verify"] == "passed"
     assert "OFFLINE SCRIPTED PROVIDER" in paths.report_md.read_text()
     assert paths.report_png.exists()
+    page = render(paths.report_html, CI_ARTIFACTS / "report-e2e.png")
+    print(f"report.html screenshot (CI artifact): {page.screenshot}")
+    assert "OFFLINE SCRIPTED PROVIDER" in page.dom and page.console_errors == []
+    assert {paths.run_dir / src for src in page.page.images} <= page.requested
+    assert all(f"trials/{line.cell_id}/" in page.page.links for line in lines)
 
 
 DEADLINE_SECONDS = 150

@@ -30,8 +30,10 @@ from runner.proxy.bearer import BEARER_SHAPE
 from runner.records.ledger import Ledger, LedgerLine, cell_coordinates
 from runner.records.paths import RunPaths
 from runner.records.schedule import Cell, build_schedule
+from runner.run.document import Heading, Paragraph, Table
 from runner.run.execute import ExecuteOptions, execute
 from runner.run.failure_summary import NOT_RECORDED, failure_classes, render_failure_classes
+from runner.run.report import markdown
 from runner.spec.lock import Lock, Retry, load_lock
 from tests.support.cell_fixtures import SCRIPTED_KEYS
 from tests.support.fake_lab import FakeLab
@@ -288,9 +290,17 @@ def test_old_ledger_lines_are_not_recorded_in_the_report(demo):
     summary = failure_classes(demo, schedule, [line])
     (row,) = [row for row in summary.harnesses if row.counts[NOT_RECORDED]]
     assert (row.batch, row.harness) == (cell.batch, cell.harness)
-    table = "\n".join(render_failure_classes(summary))
-    assert f"| batch | harness | {NOT_RECORDED} |" in table
-    assert "Retry policy: no retries" in table
+    blocks = render_failure_classes(summary)
+    heading, policy, counts = blocks
+    assert heading == Heading(2, ("Failure classes",))
+    assert isinstance(policy, Paragraph) and policy.text[0].startswith("Retry policy: no retries")
+    assert isinstance(counts, Table)
+    assert counts.headers == ("batch", "harness", NOT_RECORDED)
+    assert counts.align == ("left", "left", "right")
+    assert [cells for cells in counts.rows if cells[2] != "0"] == [(row.batch, row.label, "1")]
+    text = markdown(blocks)
+    assert f"| batch | harness | {NOT_RECORDED} |" in text
+    assert "Retry policy: no retries" in text
 
 
 def test_the_receipt_and_report_state_the_policy_and_the_retries(tmp_path):

@@ -238,6 +238,9 @@ def test_report_on_a_run_dir_from_before_the_stats(seed_lock_path: Path, tmp_pat
     receipt = json.loads(paths.receipt.read_text())
     assert receipt["batches"][1]["stats"]["comparisons"][1]["passes"]["p_value"] == 0.25
     assert "### Paired comparisons" in paths.report_md.read_text()
+    page = paths.report_html.read_text()
+    assert "<h3>Paired comparisons</h3>" in page and 'class="state-not-run"' not in page
+    assert f'href="trials/{json.loads(old_lines[0])["cell_id"]}/"' in page
 
 
 def test_an_old_receipt_still_loads(reference_receipt: Receipt) -> None:  # noqa: F811

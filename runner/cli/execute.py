@@ -44,6 +44,6 @@ def execute_command(lock_path: Path | None, run_dir: Path | None, reset: bool, l
     console.print(f"status: {receipt.status}")
     for reason in receipt.reasons:
         console.print(f"  failed closed: {reason}")
-    console.print(f"report: {paths.report_md}  receipt: {paths.receipt}")
+    console.print(f"report: {paths.report_md} {paths.report_html}  receipt: {paths.receipt}")
     if receipt.status == "failed_closed":
         sys.exit(1)

@@ -1,4 +1,4 @@
-"""``runner report RUN_DIR``: write receipt.json, report.md and report.png."""
+"""``runner report RUN_DIR``: write receipt.json, report.md, report.png and report.html."""
 
 from __future__ import annotations
 
@@ -19,5 +19,5 @@ def report_command(run_dir: Path) -> None:
     click.echo(f"status: {receipt.status}")
     for reason in receipt.reasons:
         click.echo(f"  failed closed: {reason}")
-    for path in (paths.receipt, paths.report_md, paths.report_png):
+    for path in (paths.receipt, paths.report_md, paths.report_png, paths.report_html):
         click.echo(f"wrote {path}")

@@ -14,6 +14,9 @@
     aborted.json          why the last execute stopped early (absent when it ran to the end)
     receipt.json          the receipt (status per batch and overall)
     report.md, report.png the human report
+    report.html           the same report as a static page, readable offline
+    report-files/         the page's plots (pass rates, timeline of the cells); it shows
+                          report.png too
 """
 
 from __future__ import annotations
@@ -99,3 +102,23 @@ class RunPaths:
     @property
     def report_png(self) -> Path:
         return self.run_dir / "report.png"
+
+    @property
+    def report_html(self) -> Path:
+        return self.run_dir / "report.html"
+
+    @property
+    def report_files(self) -> Path:
+        return self.run_dir / "report-files"
+
+    @property
+    def report_pass_rates_png(self) -> Path:
+        return self.report_files / "pass-rates.png"
+
+    @property
+    def report_timeline_png(self) -> Path:
+        return self.report_files / "timeline.png"
+
+    def relative(self, path: Path) -> str:
+        """``path`` as a link from a file at the top of the run directory (report.html)."""
+        return path.relative_to(self.run_dir).as_posix()

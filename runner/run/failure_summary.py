@@ -12,6 +12,7 @@ from typing import get_args
 from runner.core.models import FailureClass, FrozenModel
 from runner.records.ledger import LedgerLine
 from runner.records.schedule import Schedule
+from runner.run.document import Align, Block, Heading, Paragraph, table
 from runner.spec.lock import Lock
 
 NOT_RECORDED = "not recorded"
@@ -62,7 +63,7 @@ def failure_classes(lock: Lock, schedule: Schedule, lines: list[LedgerLine]) -> 
     )
 
 
-def render_failure_classes(summary: FailureClasses) -> list[str]:
+def render_failure_classes(summary: FailureClasses) -> list[Block]:
     """The report's section: one row per batch and harness, one column per class seen (and
     "not recorded" when an old ledger line has none)."""
     seen = [
@@ -70,21 +71,22 @@ def render_failure_classes(summary: FailureClasses) -> list[str]:
         for name in (*CLASSES, NOT_RECORDED)
         if any(row.counts.get(name) for row in summary.harnesses)
     ]
-    lines = [
-        "## Failure classes",
-        "",
-        f"Retry policy: {summary.retry_policy}. Cells that needed a retry: "
-        f"{summary.cells_retried} ({summary.retried_attempts} attempts re-run, kept under "
-        "attempts/).",
-        "",
+    blocks: list[Block] = [
+        Heading(2, ("Failure classes",)),
+        Paragraph(
+            (
+                f"Retry policy: {summary.retry_policy}. Cells that needed a retry: "
+                f"{summary.cells_retried} ({summary.retried_attempts} attempts re-run, kept "
+                "under attempts/).",
+            )
+        ),
     ]
     if not seen:
-        return [*lines, "No cell recorded.", ""]
-    lines += [
-        f"| batch | harness | {' | '.join(seen)} |",
-        f"|---|---|{'---:|' * len(seen)}",
-    ]
-    for row in summary.harnesses:
-        cells = " | ".join(str(row.counts.get(name, 0)) for name in seen)
-        lines.append(f"| {row.batch} | {row.label} | {cells} |")
-    return [*lines, ""]
+        return [*blocks, Paragraph(("No cell recorded.",))]
+    columns: list[tuple[str, Align]] = [("batch", "left"), ("harness", "left")]
+    columns += [(name, "right") for name in seen]
+    rows = (
+        (row.batch, row.label, *(str(row.counts.get(name, 0)) for name in seen))
+        for row in summary.harnesses
+    )
+    return [*blocks, table(columns, rows)]

@@ -1,8 +1,9 @@
-"""``runner report RUN_DIR``: derive receipt.json, report.md and report.png from a run directory."""
+"""``runner report RUN_DIR``: derive receipt.json, report.md, report.png and report.html (with
+its plots, runner.run.html_report) from a run directory."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from runner.core.errors import InputError
@@ -12,7 +13,24 @@ from runner.records.ledger import Ledger, LedgerLine
 from runner.records.paths import RunPaths
 from runner.records.prompt import PromptFootprint
 from runner.records.schedule import Schedule
+from runner.run.document import (
+    NOT_RETURNED,
+    Align,
+    Block,
+    Bullets,
+    Code,
+    Emphasis,
+    Heading,
+    Note,
+    Paragraph,
+    Strong,
+    Table,
+    Text,
+    bullets,
+    table,
+)
 from runner.run.failure_summary import render_failure_classes
+from runner.run.html_report import write_html
 from runner.run.receipt import (
     BatchReceipt,
     BatchStats,
@@ -29,12 +47,12 @@ from runner.run.receipt import (
     Totals,
     build_receipt,
 )
+from runner.run.report_plots import save as save_png
 from runner.run.requests import Figure, HarnessRequests
 from runner.run.stats import Estimate, Interval, Methods, Proportion
 from runner.spec.lock import load_lock
 from runner.verify.report import VerifyReport
 
-NOT_RETURNED = "not returned"
 _METRIC_WORDS = {
     "provider_tokens": "tokens",
     "physical_posts": "physical POSTs",
@@ -106,42 +124,23 @@ def proxy_records(paths: RunPaths, lines: list[LedgerLine]) -> dict[str, ProxyCe
 def write_report(run_dir: Path) -> Receipt:
     paths = RunPaths(run_dir)
     receipt = load_run(paths)
+    blocks = document(receipt, first_requests(paths))
     write_model(paths.receipt, receipt)
-    write_atomic(paths.report_md, (render_markdown(receipt) + prompt_overhead(paths)).encode())
+    write_atomic(paths.report_md, markdown(blocks).encode())
     plot(receipt, paths.report_png)
+    write_html(paths, receipt, blocks)
     return receipt
 
 
-def prompt_overhead(paths: RunPaths) -> str:
-    """Per harness, what the proxy saw in each cell's first request: the tools offered (the
-    evidence its extensions loaded) and its fixed prompt overhead in bytes (min-max over cells)."""
+def first_requests(paths: RunPaths) -> dict[str, tuple[PromptFootprint, ...]]:
+    """Per harness (by its label, in the order of its id), the first request of each of its
+    cells that the proxy recorded on the ledger line; harnesses without one are left out."""
     labels = {harness.id: harness.label for harness in load_lock(paths.lock).harnesses}
     seen: dict[str, list[PromptFootprint]] = {}
     for line in Ledger(paths).lines():
         if line.first_request is not None:
             seen.setdefault(line.harness, []).append(line.first_request)
-    if not seen:
-        return ""
-
-    def span(values: list[int]) -> str:
-        low, high = min(values), max(values)
-        return f"{low:,}" if low == high else f"{low:,}-{high:,}"
-
-    rows = [
-        "## Harness prompt overhead (first request of each cell)",
-        "",
-        "| harness | cells | tools | system prompt bytes | tool definitions bytes | tool names |",
-        "|---|---:|---:|---:|---:|---|",
-    ]
-    for harness, footprints in sorted(seen.items()):
-        names = sorted({name for footprint in footprints for name in footprint.tool_names})
-        rows.append(
-            f"| {labels.get(harness, harness)} | {len(footprints)} "
-            f"| {span([len(f.tool_names) for f in footprints])} "
-            f"| {span([f.system_prompt_bytes for f in footprints])} "
-            f"| {span([f.tool_definitions_bytes for f in footprints])} | {', '.join(names)} |"
-        )
-    return "\n".join([*rows, ""]) + "\n"
+    return {labels.get(harness, harness): tuple(found) for harness, found in sorted(seen.items())}
 
 
 def fmt_tokens(totals: Totals) -> str:
@@ -152,20 +151,31 @@ def fmt_tokens(totals: Totals) -> str:
     return f"{totals.provider_tokens:,}"
 
 
-def _table(title: str, groups: tuple[GroupSummary, ...]) -> list[str]:
-    rows = [
-        f"| {title} | pass | fail | indeterminate | wall s | provider tokens "
-        "| physical POST | logical attempts | extra POST |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for group in groups:
-        t = group.totals
-        rows.append(
-            f"| {group.label} | {t.passed} | {t.failed} | {t.indeterminate} "
-            f"| {t.wall_seconds:,.3f} | {fmt_tokens(t)} | {t.physical_posts} "
-            f"| {t.logical_attempts} | {t.unattributed_provider_post_requests} |"
-        )
-    return rows
+R: Align = "right"
+L: Align = "left"
+
+
+def _table(title: str, groups: tuple[GroupSummary, ...]) -> Table:
+    columns = ["pass", "fail", "indeterminate", "wall s", "provider tokens", "physical POST"]
+    columns += ["logical attempts", "extra POST"]
+    return table(
+        [(title, L), *((column, R) for column in columns)],
+        (
+            (
+                group.label,
+                str(t.passed),
+                str(t.failed),
+                str(t.indeterminate),
+                f"{t.wall_seconds:,.3f}",
+                fmt_tokens(t),
+                str(t.physical_posts),
+                str(t.logical_attempts),
+                str(t.unattributed_provider_post_requests),
+            )
+            for group in groups
+            for t in (group.totals,)
+        ),
+    )
 
 
 def describe(comparison: Comparison, labels: dict[str, str]) -> str:
@@ -221,25 +231,27 @@ def _bootstrap_words(methods: Methods) -> str:
     )
 
 
-def _uncertainty_table(title: str, groups: tuple[GroupStats, ...]) -> list[str]:
-    rows = [
-        f"| {title} | pass rate [95 % CI] | median wall s [95 % CI] "
-        "| median tokens [95 % CI] | median physical POST [95 % CI] | n clusters |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for group in groups:
-        medians = (
-            fmt_estimate(getattr(group, metric), _METRIC_FORMATS[metric], group.cells)
-            for metric in ("wall_seconds", "provider_tokens", "physical_posts")
-        )
-        rows.append(
-            f"| {group.label} | {fmt_proportion(group.passes)} | {' | '.join(medians)} "
-            f"| {group.cells} |"
-        )
-    return rows
+def _uncertainty_table(title: str, groups: tuple[GroupStats, ...]) -> Table:
+    columns = ["pass rate [95 % CI]", "median wall s [95 % CI]", "median tokens [95 % CI]"]
+    columns += ["median physical POST [95 % CI]", "n clusters"]
+    return table(
+        [(title, L), *((column, R) for column in columns)],
+        (
+            (
+                group.label,
+                fmt_proportion(group.passes),
+                *(
+                    fmt_estimate(getattr(group, metric), _METRIC_FORMATS[metric], group.cells)
+                    for metric in ("wall_seconds", "provider_tokens", "physical_posts")
+                ),
+                str(group.cells),
+            )
+            for group in groups
+        ),
+    )
 
 
-def _pass_row(pair: str, test: PassComparison) -> str:
+def _pass_row(pair: str, test: PassComparison) -> tuple[str, ...]:
     difference = "n/a" if test.difference is None else f"{test.difference:+.3f}"
     detectable = (
         "none possible"
@@ -247,9 +259,16 @@ def _pass_row(pair: str, test: PassComparison) -> str:
         else f"{test.detectable_difference:.2f}"
     )
     return (
-        f"| {pair} | {test.pairs} | {test.subject_passed} | {test.baseline_passed} "
-        f"| {difference} | {test.subject_only} | {test.baseline_only} "
-        f"| {fmt_p(test.p_value)} | {fmt_p(test.p_holm)} | {detectable} |"
+        pair,
+        str(test.pairs),
+        str(test.subject_passed),
+        str(test.baseline_passed),
+        difference,
+        str(test.subject_only),
+        str(test.baseline_only),
+        fmt_p(test.p_value),
+        fmt_p(test.p_holm),
+        detectable,
     )
 
 
@@ -262,80 +281,102 @@ def _sensitivity(pair: str, comparison: PairedComparison) -> str:
         )
 
     both = (comparison.passes, comparison.passes_without_indeterminate)
-    return f"- {pair}: " + "; ".join(stated(test) for test in both)
+    return f"{pair}: " + "; ".join(stated(test) for test in both)
 
 
-def _paired_section(stats: BatchStats, labels: dict[str, str]) -> list[str]:
+def _ratio_rows(name: str, comparison: PairedComparison) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for ratio in comparison.median_ratios:
+        estimate = ratio.ratio
+        value = (
+            NOT_RETURNED
+            if estimate.value is None
+            else f"{estimate.value:.2f} {fmt_interval(estimate.interval, '.2f')}"
+        )
+        rows.append((name, _METRIC_WORDS[ratio.metric], value, str(estimate.clusters)))
+    return rows
+
+
+def _paired_section(stats: BatchStats, labels: dict[str, str]) -> list[Block]:
     methods = stats.methods
     names = [f"{labels[c.subject]} vs {labels[c.baseline]}" for c in stats.comparisons]
-    lines = [
-        "### Paired comparisons",
-        "",
-        f"Cells paired by (task, repeat); {stats.direction}. Pass/fail: {methods.paired_test}, "
-        f"indeterminate counted as fail; {methods.correction}. Detectable: {methods.detectable}.",
-        "",
-        "| subject vs baseline | pairs | subject pass | baseline pass | difference "
-        "| b: subject only | c: baseline only | McNemar p | Holm p | detectable difference |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        *(_pass_row(name, c.passes) for name, c in zip(names, stats.comparisons, strict=True)),
-        "",
-        "Sensitivity of the pass comparison to indeterminate cells (as fail / pairs with one "
-        "excluded):",
-        "",
-        *(_sensitivity(name, c) for name, c in zip(names, stats.comparisons, strict=True)),
-        "",
-        f"Ratio of medians per cell, paired clusters ({_bootstrap_words(methods)}):",
-        "",
-        "| subject vs baseline | metric | ratio of medians [95 % CI] | n clusters |",
-        "|---|---|---:|---:|",
+    pairs = list(zip(names, stats.comparisons, strict=True))
+    pass_columns = ["pairs", "subject pass", "baseline pass", "difference", "b: subject only"]
+    pass_columns += ["c: baseline only", "McNemar p", "Holm p", "detectable difference"]
+    return [
+        Heading(3, ("Paired comparisons",)),
+        Paragraph(
+            (
+                f"Cells paired by (task, repeat); {stats.direction}. Pass/fail: "
+                f"{methods.paired_test}, indeterminate counted as fail; {methods.correction}. "
+                f"Detectable: {methods.detectable}.",
+            )
+        ),
+        table(
+            [("subject vs baseline", L), *((column, R) for column in pass_columns)],
+            (_pass_row(name, c.passes) for name, c in pairs),
+        ),
+        Paragraph(
+            (
+                "Sensitivity of the pass comparison to indeterminate cells (as fail / pairs "
+                "with one excluded):",
+            )
+        ),
+        *bullets(_sensitivity(name, c) for name, c in pairs),
+        Paragraph((f"Ratio of medians per cell, paired clusters ({_bootstrap_words(methods)}):",)),
+        table(
+            [
+                ("subject vs baseline", L),
+                ("metric", L),
+                ("ratio of medians [95 % CI]", R),
+                ("n clusters", R),
+            ],
+            (row for name, c in pairs for row in _ratio_rows(name, c)),
+        ),
     ]
-    for name, comparison in zip(names, stats.comparisons, strict=True):
-        for ratio in comparison.median_ratios:
-            estimate = ratio.ratio
-            value = (
-                NOT_RETURNED
-                if estimate.value is None
-                else f"{estimate.value:.2f} {fmt_interval(estimate.interval, '.2f')}"
-            )
-            lines.append(
-                f"| {name} | {_METRIC_WORDS[ratio.metric]} | {value} | {estimate.clusters} |"
-            )
-    return lines
 
 
-def _order_line(test: OrderTest, methods: Methods) -> str:
+def _order_line(test: OrderTest, methods: Methods) -> Text:
     what = "pass/fail" if test.outcome == "pass" else "wall time"
     return (
-        f"- {what}: **{test.verdict}** (Kruskal-Wallis H by position within harness "
+        f"{what}: ",
+        Strong(test.verdict),
+        f" (Kruskal-Wallis H by position within harness "
         f"{test.by_position.statistic:.2f}, {p_is(test.by_position.p_value)}; by harness "
         f"within position {test.by_harness.statistic:.2f}, {p_is(test.by_harness.p_value)}; "
         f"{methods.permutations} permutations, seed "
-        f"{methods.permutation_seed})"
+        f"{methods.permutation_seed})",
     )
 
 
-def _order_section(stats: BatchStats) -> list[str]:
+def _order_section(stats: BatchStats) -> list[Block]:
     methods = stats.methods
     return [
-        "### Order effects (position inside each (task, repeat) block)",
-        "",
-        f"Pass rate: Wilson interval; median wall: {_bootstrap_words(methods)}.",
-        "",
-        "| position | pass rate [95 % CI] | median wall s [95 % CI] | n cells |",
-        "|---:|---:|---:|---:|",
-        *(
-            f"| {p.position} | {fmt_proportion(p.passes)} "
-            f"| {fmt_estimate(p.wall_seconds, ',.1f', p.passes.n)} | {p.passes.n} |"
-            for p in stats.order.positions
+        Heading(3, ("Order effects (position inside each (task, repeat) block)",)),
+        Paragraph((f"Pass rate: Wilson interval; median wall: {_bootstrap_words(methods)}.",)),
+        table(
+            [
+                ("position", R),
+                ("pass rate [95 % CI]", R),
+                ("median wall s [95 % CI]", R),
+                ("n cells", R),
+            ],
+            (
+                (
+                    str(p.position),
+                    fmt_proportion(p.passes),
+                    fmt_estimate(p.wall_seconds, ",.1f", p.passes.n),
+                    str(p.passes.n),
+                )
+                for p in stats.order.positions
+            ),
         ),
-        "",
-        f"Test: {methods.order_test}.",
-        "",
-        *(_order_line(test, methods) for test in stats.order.tests),
+        Paragraph((f"Test: {methods.order_test}.",)),
+        *bullets(_order_line(test, methods) for test in stats.order.tests),
     ]
 
 
-def _stats_section(stats: BatchStats, labels: dict[str, str]) -> list[str]:
+def _stats_section(stats: BatchStats, labels: dict[str, str]) -> list[Block]:
     methods = stats.methods
     caption = (
         f"Pass rate: {methods.proportion_interval} {methods.confidence:.0%} interval, "
@@ -343,63 +384,34 @@ def _stats_section(stats: BatchStats, labels: dict[str, str]) -> list[str]:
         "per harness each (task, repeat) cluster holds one cell."
     )
     return [
-        "### Uncertainty per harness",
-        "",
-        caption,
-        "",
-        *_uncertainty_table("harness", stats.harnesses),
-        "",
-        *_uncertainty_table("harness · task", stats.harness_tasks),
-        "",
+        Heading(3, ("Uncertainty per harness",)),
+        Paragraph((caption,)),
+        _uncertainty_table("harness", stats.harnesses),
+        _uncertainty_table("harness · task", stats.harness_tasks),
         *_paired_section(stats, labels),
-        "",
         *_order_section(stats),
     ]
 
 
-def _batch_section(batch: BatchReceipt) -> list[str]:
-    labels = {group.key: group.label for group in batch.harnesses}
-    lines = [
-        f"## Batch `{batch.batch}`: {batch.model}",
-        "",
-        f"Status: **{batch.status}** · lock fingerprint `{batch.lock_fingerprint}` · "
-        f"{batch.cells_recorded}/{batch.cells_scheduled} cells recorded",
-        "",
-        *(f"- failed closed: {reason}" for reason in batch.reasons),
-        "",
-        *_table("harness", batch.harnesses),
-        "",
-        *_table("task", batch.tasks),
-        "",
-        "Comparisons, each pair once (subject vs baseline; percent difference and ratio of "
-        "totals; the interval resamples the paired (task, repeat) clusters):",
-        "",
-        *(f"- {describe(comparison, labels)}" for comparison in batch.comparisons),
-    ]
-    missing_tokens = [g.label for g in batch.harnesses if g.totals.provider_tokens is None]
-    if missing_tokens:
-        lines += ["", f"Provider tokens {NOT_RETURNED} for: {', '.join(missing_tokens)}."]
-    if batch.stats is not None:
-        lines += ["", *_stats_section(batch.stats, labels)]
-    if batch.requests is not None:
-        lines += ["", *_requests_section(batch.requests)]
-    return [*lines, ""]
-
-
 NOT_RECORDED = "not recorded"
-_REQUESTS_CAPTION = (
+_REQUESTS_CAPTION: Text = (
     "Each figure: median [IQR] (min-max), and (n/m) when only n of the m requests or cells "
-    f"have it. *{NOT_RECORDED}*: the run's files were written before the figure was kept; "
-    f"*{NOT_RETURNED}*: kept, but no answer of the provider carried it."
+    "have it. ",
+    Emphasis(NOT_RECORDED),
+    ": the run's files were written before the figure was kept; ",
+    Emphasis(NOT_RETURNED),
+    ": kept, but no answer of the provider carried it.",
 )
-_PROVIDER_CAPTION = (
-    "**Provider-reported** (the provider's usage of each answered request, 2xx, split as it "
-    "returned it; the shapes differ: Anthropic's input excludes the cache, OpenAI's includes it):"
+_PROVIDER_CAPTION: Text = (
+    Strong("Provider-reported"),
+    " (the provider's usage of each answered request, 2xx, split as it returned it; the shapes "
+    "differ: Anthropic's input excludes the cache, OpenAI's includes it):",
 )
-_MEASURED_CAPTION = (
-    "**Locally measured** (physical POSTs per cell, bytes and latency per physical POST: the "
-    "credential proxy on the host; agent CPU and peak memory per cell: the agent container's "
-    "cgroup at the harness's end, its install and configure steps included):"
+_MEASURED_CAPTION: Text = (
+    Strong("Locally measured"),
+    " (physical POSTs per cell, bytes and latency per physical POST: the credential proxy on "
+    "the host; agent CPU and peak memory per cell: the agent container's cgroup at the "
+    "harness's end, its install and configure steps included):",
 )
 
 
@@ -421,71 +433,199 @@ def _figure_heading(figure: Figure) -> str:
 
 def _figures_table(
     groups: tuple[HarnessRequests, ...], figures_of: Callable[[HarnessRequests], tuple[Figure, ...]]
-) -> list[str]:
+) -> Table:
     headings = [_figure_heading(figure) for figure in figures_of(groups[0])]
-    rows = [
-        f"| harness | cells | requests logged (proxy) | {' | '.join(headings)} |",
-        "|---|---:|---:|" + "---:|" * len(headings),
-    ]
-    for group in groups:
-        cells = " | ".join(fmt_figure(figure) for figure in figures_of(group))
-        rows.append(f"| {group.label} | {group.cells} | {group.requests} | {cells} |")
-    return rows
+    return table(
+        [("harness", L), ("cells", R), ("requests logged (proxy)", R)]
+        + [(heading, R) for heading in headings],
+        (
+            (
+                group.label,
+                str(group.cells),
+                str(group.requests),
+                *(fmt_figure(figure) for figure in figures_of(group)),
+            )
+            for group in groups
+        ),
+    )
 
 
-def _requests_section(groups: tuple[HarnessRequests, ...]) -> list[str]:
+def _requests_section(groups: tuple[HarnessRequests, ...]) -> list[Block]:
     if not groups:
         return []
     return [
-        "### Requests and agent cost per harness",
-        "",
-        _REQUESTS_CAPTION,
-        "",
-        _PROVIDER_CAPTION,
-        "",
-        *_figures_table(groups, lambda group: group.provider_reported),
-        "",
-        _MEASURED_CAPTION,
-        "",
-        *_figures_table(groups, lambda group: group.measured),
+        Heading(3, ("Requests and agent cost per harness",)),
+        Paragraph(_REQUESTS_CAPTION),
+        Paragraph(_PROVIDER_CAPTION),
+        _figures_table(groups, lambda group: group.provider_reported),
+        Paragraph(_MEASURED_CAPTION),
+        _figures_table(groups, lambda group: group.measured),
     ]
 
 
-def render_markdown(receipt: Receipt) -> str:
+def batch_heading(batch: BatchReceipt) -> Heading:
+    return Heading(2, ("Batch ", Code(batch.batch), f": {batch.model}"))
+
+
+def _batch_section(batch: BatchReceipt) -> list[Block]:
+    labels = {group.key: group.label for group in batch.harnesses}
+    blocks: list[Block] = [
+        batch_heading(batch),
+        Paragraph(
+            (
+                "Status: ",
+                Strong(batch.status),
+                " · lock fingerprint ",
+                Code(batch.lock_fingerprint),
+                f" · {batch.cells_recorded}/{batch.cells_scheduled} cells recorded",
+            )
+        ),
+        *bullets(f"failed closed: {reason}" for reason in batch.reasons),
+        _table("harness", batch.harnesses),
+        _table("task", batch.tasks),
+        Paragraph(
+            (
+                "Comparisons, each pair once (subject vs baseline; percent difference and ratio "
+                "of totals; the interval resamples the paired (task, repeat) clusters):",
+            )
+        ),
+        *bullets(describe(comparison, labels) for comparison in batch.comparisons),
+    ]
+    missing_tokens = [g.label for g in batch.harnesses if g.totals.provider_tokens is None]
+    if missing_tokens:
+        blocks.append(
+            Paragraph((f"Provider tokens {NOT_RETURNED} for: {', '.join(missing_tokens)}.",))
+        )
+    if batch.stats is not None:
+        blocks += _stats_section(batch.stats, labels)
+    if batch.requests is not None:
+        blocks += _requests_section(batch.requests)
+    return blocks
+
+
+def _identity_table(receipt: Receipt) -> Table:
     ids = receipt.identities
-    lines = [
-        f"# Benchmark report: {ids.lock_name}",
-        "",
-        f"**Status: {receipt.status}**",
-        "",
+    rows: list[tuple[str, str]] = [
+        ("lock fingerprint", Code(ids.lock_fingerprint)),
+        ("schedule sha256", Code(ids.schedule_sha256)),
+        ("guest", ids.guest),
+        *ids.tools.items(),
+        *((f"harness {key}", Code(source)) for key, source in ids.harnesses.items()),
+        ("task source", ids.task_source),
+        ("task revision", ids.task_revision or "local directory"),
+        ("credential scan", receipt.credential_scan),
+        ("final verify", receipt.final_verify),
     ]
-    if ids.provider_note:
-        lines += [f"> {ids.provider_note}", ""]
-    lines += [
-        "| frozen identity | value |",
-        "|---|---|",
-        f"| lock fingerprint | `{ids.lock_fingerprint}` |",
-        f"| schedule sha256 | `{ids.schedule_sha256}` |",
-        f"| guest | {ids.guest} |",
-        *(f"| {tool} | {version} |" for tool, version in ids.tools.items()),
-        *(f"| harness {key} | `{source}` |" for key, source in ids.harnesses.items()),
-        f"| task source | {ids.task_source} |",
-        f"| task revision | {ids.task_revision or 'local directory'} |",
-        f"| credential scan | {receipt.credential_scan} |",
-        f"| final verify | {receipt.final_verify} |",
-        "",
-        *(f"- failed closed: {reason}" for reason in receipt.reasons),
-        "",
-    ]
-    for batch in receipt.batches:
-        lines += _batch_section(batch)
-    lines += _failure_class_section(receipt)
-    return "\n".join(lines) + "\n"
+    return table([("frozen identity", L), ("value", L)], rows)
 
 
-def _failure_class_section(receipt: Receipt) -> list[str]:
+def run_section(receipt: Receipt) -> list[Block]:
+    """The title, the status, the provider note and the frozen identities of the run."""
+    ids = receipt.identities
+    return [
+        Heading(1, (f"Benchmark report: {ids.lock_name}",)),
+        Paragraph((Strong(f"Status: {receipt.status}"),)),
+        *([Note((ids.provider_note,))] if ids.provider_note else []),
+        _identity_table(receipt),
+        *bullets(f"failed closed: {reason}" for reason in receipt.reasons),
+    ]
+
+
+def _failure_class_section(receipt: Receipt) -> list[Block]:
     summary = receipt.failure_classes
     return render_failure_classes(summary) if summary is not None else []
+
+
+def _span(values: list[int]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:,}" if low == high else f"{low:,}-{high:,}"
+
+
+def prompt_overhead(footprints: Mapping[str, Sequence[PromptFootprint]]) -> list[Block]:
+    """Per harness, what the proxy saw in each cell's first request: the tools offered (the
+    evidence its extensions loaded) and its fixed prompt overhead in bytes (min-max over cells).
+    No section when no cell has a first request recorded."""
+    if not footprints:
+        return []
+    columns: list[tuple[str, Align]] = [("harness", L), ("cells", R), ("tools", R)]
+    columns += [("system prompt bytes", R), ("tool definitions bytes", R), ("tool names", L)]
+    return [
+        Heading(2, ("Harness prompt overhead (first request of each cell)",)),
+        table(
+            columns,
+            (
+                (
+                    label,
+                    str(len(found)),
+                    _span([len(f.tool_names) for f in found]),
+                    _span([f.system_prompt_bytes for f in found]),
+                    _span([f.tool_definitions_bytes for f in found]),
+                    ", ".join(sorted({name for f in found for name in f.tool_names})),
+                )
+                for label, found in footprints.items()
+            ),
+        ),
+    ]
+
+
+def document(
+    receipt: Receipt, footprints: Mapping[str, Sequence[PromptFootprint]] | None = None
+) -> list[Block]:
+    """Every section of the report, in order: both renderers format these blocks.
+    ``footprints`` are the first requests per harness label (``first_requests``, read from the
+    run's ledger); without them the report has no prompt-overhead section."""
+    blocks = run_section(receipt)
+    for batch in receipt.batches:
+        blocks += _batch_section(batch)
+    blocks += _failure_class_section(receipt)
+    blocks += prompt_overhead(footprints or {})
+    return blocks
+
+
+# --- Markdown ---------------------------------------------------------------------------------
+
+
+def md_text(text: Text) -> str:
+    def run(part: str) -> str:
+        if isinstance(part, Code):
+            return f"`{part}`"
+        if isinstance(part, Emphasis):
+            return f"*{part}*"
+        return f"**{part}**" if isinstance(part, Strong) else part
+
+    return "".join(run(part) for part in text)
+
+
+def md_table(block: Table) -> list[str]:
+    def row(cells: tuple[str, ...]) -> str:
+        return "| " + " | ".join(md_text((cell,)) for cell in cells) + " |"
+
+    rule = "|" + "|".join("---:" if a == "right" else "---" for a in block.align) + "|"
+    return [row(block.headers), rule, *(row(cells) for cells in block.rows)]
+
+
+def md_block(block: Block) -> list[str]:
+    match block:
+        case Heading(level, text):
+            return ["#" * level + " " + md_text(text)]
+        case Paragraph(text):
+            return [md_text(text)]
+        case Note(text):
+            return ["> " + md_text(text)]
+        case Bullets(items):
+            return ["- " + md_text(item) for item in items]
+        case Table():
+            return md_table(block)
+
+
+def markdown(blocks: list[Block]) -> str:
+    return "\n\n".join("\n".join(md_block(block)) for block in blocks) + "\n"
+
+
+def render_markdown(
+    receipt: Receipt, footprints: Mapping[str, Sequence[PromptFootprint]] | None = None
+) -> str:
+    return markdown(document(receipt, footprints))
 
 
 def plot(receipt: Receipt, path: Path) -> None:
@@ -529,7 +669,4 @@ def plot(receipt: Receipt, path: Path) -> None:
             axis.set_xlim(-0.6, len(labels) - 0.4)
             axis.set_ylim(bottom=0)
     figure.suptitle(f"{receipt.identities.lock_name}: {receipt.status}")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    save_png(figure, path)
