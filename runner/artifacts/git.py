@@ -26,6 +26,7 @@ from typing import Any
 
 from runner.artifacts.tools import ToolFailed, run_tool, tool_version
 from runner.cache.store import ArtifactStore
+from runner.core.archives import extract
 from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.errors import RunnerError
 from runner.spec.lock import PinnedPackage
@@ -183,14 +184,8 @@ async def _git_bytes(repo: Path, *args: str) -> bytes:
 def _extract_fixed_modes(archive: bytes, target: Path) -> None:
     """The commit's tree with modes 0755/0644 whatever the umask (npm pack keeps mode bits)."""
 
-    def fixed(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
-        member = tarfile.data_filter(member, path)
-        if member.isdir() or member.mode & 0o111:
-            return member.replace(mode=0o755)
-        return member.replace(mode=0o644) if member.isfile() else member
-
     with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
-        tar.extractall(target, filter=fixed)
+        extract(tar, target, fixed_modes=True)
 
 
 def own_lockfile_pins(tree: Path) -> tuple[str | None, dict[str, Locked]]:

@@ -8,9 +8,10 @@ before any VM is touched.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from rich.console import Console
 
@@ -86,9 +87,7 @@ async def resolve_lock(
             checks.append(node_pin_problem(lock.tools.node, registry, platform))
         if "wheels" in sections:
             checks.append(harbor_pin_problem(session, lock.tools.harbor, lock.tools.python_index))
-        problems = [line for lines in await asyncio.gather(*checks) for line in lines]
-        if problems:
-            raise UnavailableArtifacts(problems)
+        await _fail_on_problems(checks)
         packed = await _pack_git_packages(trees, store)
         steps = [plan_tree(tree, registry, platform, paths_root, store, packed) for tree in trees]
         if "tools" in sections:
@@ -104,15 +103,7 @@ async def resolve_lock(
     wanted = {planned.wanted.url: planned.wanted for planned in plan.planned}
     report = await fetch_all(store, list(wanted.values()), console)
     artifacts = _artifacts(plan.planned, report)
-    harness_trees = tuple(
-        HarnessTree(
-            harness=tree.harness,
-            sources=tree.sources,
-            lockfile=store.add_bytes(tree.lockfile, f"{tree.harness}-package-lock.json"),
-            overrides=tree.overrides,
-        )
-        for tree in plan.trees
-    )
+    harness_trees = _stored_trees(plan, store)
     resolution = Resolution(
         lock_name=lock.name,
         lock_environment=lock.environment_inputs,
@@ -127,6 +118,26 @@ async def resolve_lock(
         git_packages=tuple(sorted((item.record for item in packed.values()), key=_by_source)),
     )
     return Resolved(resolution, report)
+
+
+async def _fail_on_problems(checks: list[Coroutine[Any, Any, list[str]]]) -> None:
+    """Run the metadata checks together; every line any of them found, or nothing."""
+    problems = [line for lines in await asyncio.gather(*checks) for line in lines]
+    if problems:
+        raise UnavailableArtifacts(problems)
+
+
+def _stored_trees(plan: Plan, store: ArtifactStore) -> tuple[HarnessTree, ...]:
+    """Each planned harness tree, its package-lock.json added to the store."""
+    return tuple(
+        HarnessTree(
+            harness=tree.harness,
+            sources=tree.sources,
+            lockfile=store.add_bytes(tree.lockfile, f"{tree.harness}-package-lock.json"),
+            overrides=tree.overrides,
+        )
+        for tree in plan.trees
+    )
 
 
 async def _pack_git_packages(trees: list[NpmTree], store: ArtifactStore) -> dict[str, Packed]:

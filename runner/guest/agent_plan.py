@@ -11,9 +11,10 @@ read-only (``BENCH_ARTIFACTS_DIR``, default ``/bench/artifacts``), unpacked; not
 
 The scripts run the harness from there in place (unpacking Node in every trial took minutes
 under TCG), write the models file pointing at the proxy into a config dir of the container's
-own, register the extensions with ``pi install`` and run the harness in JSON mode with its event
-log in the agent log dir, which Harbor keeps as ``<trial>/agent/``. The bearer is never in a
-script: it reaches the harness process only as an environment variable.
+own (with the settings files the lock gives a package, ``PinnedPackage.settings``), register
+the extensions with ``pi install`` and run the harness in JSON mode with its event log in the
+agent log dir, which Harbor keeps as ``<trial>/agent/``. The bearer is never in a script: it
+reaches the harness process only as an environment variable.
 
 When the harness has exited, the run script reads the container's own cgroup (v2: inside the
 container ``/sys/fs/cgroup`` is the container's cgroup) before Harbor runs the verifier or
@@ -175,15 +176,21 @@ def install_script(plan: AgentPlan) -> str:
 
 
 def configure_script(plan: AgentPlan) -> str:
-    """As the agent user: the models file (no secret in it) and the extensions registered."""
+    """As the agent user: the packages' settings and the models file (no secret in either), and
+    the extensions registered."""
     models = json.dumps(models_config(plan.harness.agent, plan.model, plan.proxy_base_url))
     models_file = CONTAINER.agent_dir / models_file_name(plan.harness.agent)
+    settings = [
+        f"printf '%s\\n' {_q(json.dumps(content))} > {_q(CONTAINER.agent_dir / file_name)}"
+        for extension in plan.harness.extensions
+        for file_name, content in extension.settings.items()
+    ]
     installs = [
         f"{_q(plan.command)} install "
         f"{_q(plan.harness_tree / 'node_modules' / str(extension.package_name))}"
         for extension in plan.harness.extensions
     ]
-    return _script(plan, f"printf '%s\\n' {_q(models)} > {_q(models_file)}", *installs)
+    return _script(plan, *settings, f"printf '%s\\n' {_q(models)} > {_q(models_file)}", *installs)
 
 
 def run_script(plan: AgentPlan, instruction: str) -> str:

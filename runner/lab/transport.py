@@ -25,6 +25,7 @@ import paramiko
 from pydantic import BaseModel
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_fixed
 
+from runner.core.archives import extract
 from runner.core.errors import RunnerError
 
 # What a dropped or refused SSH connection raises from inside Paramiko.
@@ -272,5 +273,5 @@ class SshTransport(ClosedOnExit):
             raise GuestError(f"could not copy {remote_dir} from the guest")
         local_parent.mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(bytes(data)), mode="r") as archive:
-            archive.extractall(local_parent, filter="data")
+            extract(archive, local_parent)
         return local_parent / name

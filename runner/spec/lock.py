@@ -61,8 +61,14 @@ class PinnedPackage(FrozenModel):
     # For readers of a 'git+' source: the tag that names its commit. The commit is what counts;
     # resolution fails closed when the remote's tag does not point at it.
     tag: str | None = Field(default=None, pattern=r"^[\w][\w./-]{0,127}$")
+    # Files the package reads from the harness's config dir (PI_CODING_AGENT_DIR), file name ->
+    # JSON content, written before the harness starts: a package's own setting that changes what
+    # it offers the model is a frozen condition of the run, in the lock and its fingerprint.
+    settings: dict[Annotated[str, Field(pattern=r"^[\w.-]+\.json$")], dict[str, Any]] = Field(
+        default_factory=dict
+    )
 
-    LATE_FIELDS = frozenset({"tag"})
+    LATE_FIELDS = frozenset({"tag", "settings"})
 
     @model_validator(mode="after")
     def _tarball_needs_digest(self) -> PinnedPackage:
