@@ -92,6 +92,15 @@ def test_demo_lock_killed_mid_run_resumes_to_the_end(frozen_lab: LabState, tmp_p
     assert {outcome for (model, _), outcome in outcomes.items() if model == "wrong"} == {"fail"}
     assert {harness for _, harness in outcomes} == {"bare-pi", "pi-openpi"}
     assert all(line.physical_posts >= line.logical_attempts > 0 for line in lines)
+    # Evidence that OpenPI's extensions loaded in the guest: its gateway tool in the first request
+    # and a larger fixed prompt overhead than Bare Pi's, cell by cell.
+    first = {(line.model, line.harness): line.first_request for line in lines}
+    for model in ("reference", "wrong"):
+        bare, openpi = first[(model, "bare-pi")], first[(model, "pi-openpi")]
+        assert bare is not None and openpi is not None
+        assert bare.tool_names == ("read", "bash", "edit", "write")
+        assert "openpi_load_tools" in openpi.tool_names
+        assert openpi.overhead_bytes > bare.overhead_bytes
     receipt = json.loads(paths.receipt.read_text())
     assert receipt["status"] == "completed", receipt["reasons"]
     assert receipt["credential_scan"] == "clean"
