@@ -3,14 +3,20 @@ libvirt's test driver, and the bench script that runs it (which the fast tier ne
 
 from __future__ import annotations
 
+import tarfile
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from bench.omp_x86_64_cell import cell_lines, steps
 from deploy.domain_xml import render_domain
+from deploy.guest.bundles import harness_tree_bundle
 from images.recipe import ARCH_RECIPES, ImageInputs
+from runner.cache.paths import CachePaths
+from runner.cache.store import ArtifactStore
 from runner.lab import libvirt as virt
 from runner.records.ledger import LedgerLine
 from runner.spec.lock import load_lock
@@ -37,6 +43,29 @@ def test_resolution_pins_omp_natives_and_runtimes_for_x64() -> None:
     assert {deb.filename.rsplit("_", 1)[-1] for deb in debs} <= {"amd64.deb", "all.deb"}
     for tree in resolution.harness_trees:
         assert lockfile_path(path, tree.harness).is_file()
+
+
+def test_omp_tree_bundle_installs_the_x64_natives_alone(tmp_path: Path) -> None:
+    """The OMP tree from its frozen lockfile and the stored tarballs, offline: npm left the
+    natives the registry lacks (darwin, win32, linux-arm64) out of the lockfile, and npm ci
+    rejected that lockfile for it (``Missing: @oh-my-pi/pi-natives-darwin-arm64@``)."""
+    path = resolution_path(LOCK_PATH, LOCK)
+    resolution = load_resolution(path, LOCK, LOCK_PATH)
+    tree = next(t for t in resolution.harness_trees if t.harness == "omp")
+    cached = ArtifactStore(CachePaths.default())  # what 'runner resolve' fetched
+    artifacts = [a for a in resolution.artifacts if tree.harness in a.harnesses]
+    if not all(cached.has(a.sha256) for a in artifacts):
+        pytest.skip("the OMP tree's tarballs are not in the cache: run 'runner resolve' first")
+    paths = CachePaths(tmp_path / "cache")
+    store = ArtifactStore(paths)
+    for artifact in artifacts:
+        assert store.add_file(cached.blob(artifact.sha256)) == artifact.sha256
+    assert store.add_file(lockfile_path(path, "omp")) == tree.lockfile
+    with tarfile.open(store.blob(harness_tree_bundle(store, paths, resolution, tree))) as bundle:
+        names = set(bundle.getnames())
+    natives = {n.split("/")[2] for n in names if n.startswith("node_modules/@oh-my-pi/pi-natives")}
+    assert natives == {"pi-natives", "pi-natives-linux-x64"}
+    assert "node_modules/@oh-my-pi/pi-natives-linux-x64/package.json" in names
 
 
 def test_image_inputs_are_amd64_with_a_serial_console() -> None:

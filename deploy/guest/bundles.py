@@ -1,8 +1,8 @@
 """What the host prepares for the guest and adds to the artifact store, as plain tar blobs.
 
 The guest has no network and a slow CPU, so work that needs a registry client, many small files
-or gunzip happens here: each harness's npm tree is installed by ``npm ci --offline`` from the
-frozen lockfile and the stored tarballs (for the guest's os/cpu/libc, no install scripts), the
+or gunzip happens here: each harness's npm tree is installed offline from the frozen lockfile and
+the stored tarballs (for the guest's os/cpu/libc, no install scripts; see ``_install_frozen``), the
 runtimes' npm tarballs are unzipped, and the task dirs and the runner package are packed. Each
 bundle is an uncompressed tar (the guest unpacks it straight from the 9p share) with fixed
 owners, modes and times, added to the store by its sha256. A bundle built from stored inputs is
@@ -19,6 +19,7 @@ import tarfile
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from runner.cache.paths import CachePaths
 from runner.cache.store import ArtifactStore
@@ -153,18 +154,61 @@ def harness_tree_bundle(
                 registry_tarballs.append(str(link))
         if registry_tarballs:
             _npm(["cache", "add", "--cache", str(npm_cache), *registry_tarballs], project, tree)
-        _npm(
-            [
-                "ci", "--offline", "--ignore-scripts", "--no-audit", "--no-fund",
-                "--cache", str(npm_cache), f"--os={platform.npm_os}",
-                f"--cpu={platform.npm_cpu}", f"--libc={platform.npm_libc}",
-            ],
-            project,
-            tree,
-        )  # fmt: skip
+        _install_frozen(project, npm_cache, lockfile, platform, tree)
         digest = pack_directory(store, project / "node_modules", "node_modules")
     _remember_bundle(paths, key, digest)
     return digest
+
+
+def _install_frozen(
+    project: Path,
+    npm_cache: Path,
+    lockfile: dict[str, Any],
+    platform: GuestPlatform,
+    tree: HarnessTree,
+) -> None:
+    """npm's install of the frozen lockfile, offline, then ``npm ci``'s own check done here.
+
+    Not ``npm ci``: since npm 11.16 it rejects a lockfile npm itself just wrote when a package
+    lists an optional dependency the registry does not have (``Missing: <name>@ from lock
+    file``; npm/cli#9846). ``npm install --package-lock-only`` leaves such a package out of the
+    lockfile (OMP's pi-natives for darwin, win32 and linux-arm64: only -linux-x64 is published),
+    and ci's ideal tree still holds it as an inert failed node, which its check counts as
+    missing. ``npm install --no-save`` builds the same tree from the same lockfile and skips
+    the inert node; what ci would have refused is refused here: a lockfile npm rewrote, or an
+    installed package that is not the lockfile's (npm's record of what it installed,
+    ``node_modules/.package-lock.json``, against the frozen entries).
+    """
+    written = (project / "package-lock.json").read_bytes()
+    _npm(
+        [
+            "install", "--no-save", "--offline", "--ignore-scripts", "--no-audit", "--no-fund",
+            "--cache", str(npm_cache), f"--os={platform.npm_os}",
+            f"--cpu={platform.npm_cpu}", f"--libc={platform.npm_libc}",
+        ],
+        project,
+        tree,
+    )  # fmt: skip
+    if (project / "package-lock.json").read_bytes() != written:
+        raise RunnerError(f"harness {tree.harness}: npm changed the frozen package-lock.json")
+    record = project / "node_modules" / ".package-lock.json"
+    installed = json.loads(record.read_text())["packages"] if record.is_file() else {}
+    locked = lockfile["packages"]
+    wrong = [
+        f"{key.removeprefix('node_modules/')}@{entry.get('version', '')}"
+        for key, entry in installed.items()
+        if key not in locked
+        or any(entry[field] != locked[key].get(field) for field in _KEPT if field in entry)
+    ]
+    if wrong or not installed:
+        raise RunnerError(
+            f"harness {tree.harness}: npm installed what the frozen lockfile does not hold: "
+            + (", ".join(sorted(wrong)) or "nothing at all")
+        )
+
+
+# The fields of a lockfile entry that say which bytes were installed.
+_KEPT = ("version", "resolved", "integrity")
 
 
 def _npm(args: list[str], cwd: Path, tree: HarnessTree) -> None:

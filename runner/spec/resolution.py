@@ -73,11 +73,11 @@ class HarnessTree(FrozenModel):
     sources: tuple[str, ...] = Field(min_length=1)
     lockfile: Sha256
     # npm ``overrides`` the tree was resolved with (a git package's own lockfile versions,
-    # runner.artifacts.git): npm ci checks the lockfile against them, so they install with it.
+    # runner.artifacts.git): npm checks the lockfile against them, so they install with it.
     overrides: dict[str, Any] = Field(default_factory=dict)
 
     def package_json(self, lockfile: dict[str, Any]) -> dict[str, Any]:
-        """The package.json that ``npm ci`` installs the frozen ``lockfile`` with."""
+        """The package.json that npm installs the frozen ``lockfile`` with."""
         root = lockfile["packages"][""]
         package = {"name": root["name"], "private": True, "dependencies": root["dependencies"]}
         return {**package, "overrides": self.overrides} if self.overrides else package
