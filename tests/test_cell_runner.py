@@ -12,7 +12,7 @@ import urllib.request
 import paramiko
 import pytest
 
-from runner.cells.cell import CellRunner, RunAborted, leftovers
+from runner.cells.cell import RunAborted, leftovers
 from runner.core.files import read_model
 from runner.core.roots import REPO_ROOT
 from runner.lab.transport import ExecResult, GuestError
@@ -22,7 +22,7 @@ from runner.records.ledger import Ledger, LedgerLine
 from runner.records.paths import RunPaths
 from runner.records.schedule import Cell, build_schedule
 from runner.spec.lock import Lock, load_lock
-from tests.support.cell_fixtures import SCRIPTED_KEYS
+from tests.support.cell_fixtures import SCRIPTED_KEYS, runner_for
 from tests.support.fake_transport import FakeTransport, Handler, answer, trial_tree
 
 DEMO = REPO_ROOT / "locks" / "demo.toml"
@@ -38,19 +38,6 @@ def lock() -> Lock:
 @pytest.fixture
 def cells(lock: Lock) -> tuple[Cell, ...]:
     return build_schedule(lock).cells
-
-
-def runner_for(
-    lock: Lock, paths: RunPaths, proxy: CredentialProxy, guest: FakeTransport
-) -> CellRunner:
-    return CellRunner(
-        lock=lock,
-        paths=paths,
-        guest=guest,
-        proxy=proxy,
-        task_root=REPO_ROOT / "tasks",
-        reset_guest=None,
-    )
 
 
 def harbor(respond: Handler) -> Handler:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,7 +17,6 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from runner.cells.cell import CellRunner
 from runner.cells.classify import HarborTrialResult
 from runner.cells.failure_class import RULES, Evidence, failure_class, harbor_evidence
 from runner.core.files import read_model
@@ -35,7 +32,7 @@ from runner.run.execute import ExecuteOptions, execute
 from runner.run.failure_summary import NOT_RECORDED, failure_classes, render_failure_classes
 from runner.run.report import markdown
 from runner.spec.lock import Lock, Retry, load_lock
-from tests.support.cell_fixtures import SCRIPTED_KEYS
+from tests.support.cell_fixtures import SCRIPTED_KEYS, runner_for
 from tests.support.fake_lab import FakeLab
 from tests.support.fake_transport import HARBOR_RESULTS, FakeTransport, Handler, answer, trial_tree
 from tests.support.old_locks import SEED_54_BEFORE, SEED_54_BEFORE_FINGERPRINT
@@ -63,14 +60,7 @@ def first_cell(lock: Lock) -> Cell:
 
 
 def run_cell(lock: Lock, paths: RunPaths, proxy: CredentialProxy, guest: FakeTransport):
-    runner = CellRunner(
-        lock=lock,
-        paths=paths,
-        guest=guest,
-        proxy=proxy,
-        task_root=REPO_ROOT / "tasks",
-        reset_guest=None,
-    )
+    runner = runner_for(lock, paths, proxy, guest)
     ledger = Ledger(paths)
     return runner.run(first_cell(lock), ledger), ledger
 
@@ -249,24 +239,6 @@ def test_the_published_fingerprint_is_unchanged_and_a_policy_changes_it(tmp_path
     assert retrying.retry == Retry(classes=("setup_failure",), max_attempts=3)
     assert retrying.fingerprint != SEED_54_BEFORE_FINGERPRINT
     assert retrying.environment_inputs == load_lock(SEED_54_BEFORE).environment_inputs
-
-
-def test_a_lock_retrying_an_agent_result_exits_2_in_one_line(tmp_path):
-    text = SEED_54_BEFORE.read_text().replace(
-        "schedule_seed = 54\n",
-        'schedule_seed = 54\n\n[retry]\nclasses = ["harness_failure"]\nmax_attempts = 2\n',
-    )
-    path = tmp_path / "bad.toml"
-    path.write_text(text)
-    result = subprocess.run(
-        [sys.executable, "-c", "from runner.cli.main import main; main()", "schedule", str(path)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 2
-    assert result.stderr.count("\n") == 1
-    assert f"{path}: retry.classes: Value error, 'harness_failure'" in result.stderr
 
 
 def test_old_ledger_lines_are_not_recorded_in_the_report(demo):

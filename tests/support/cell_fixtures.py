@@ -11,8 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from runner.cells.cell import CellRunner
+from runner.core.roots import REPO_ROOT
+from runner.lab.transport import GuestTransport
 from runner.proxy import CredentialProxy
 from runner.records.paths import RunPaths
+from runner.spec.lock import Lock
 
 # The scripted provider's "key": what the proxy swaps in for the cell's bearer.
 SCRIPTED_KEYS = {"SCRIPTED_PROVIDER_KEY": "scripted-key-" + "k" * 24}
@@ -27,3 +31,17 @@ def paths(tmp_path: Path) -> RunPaths:
 def proxy(paths: RunPaths) -> Iterator[CredentialProxy]:
     with CredentialProxy(paths, keys=SCRIPTED_KEYS) as running:
         yield running
+
+
+def runner_for(
+    lock: Lock, paths: RunPaths, proxy: CredentialProxy, guest: GuestTransport
+) -> CellRunner:
+    """A cell runner on the repository's tasks with no reset between cells (a fake guest)."""
+    return CellRunner(
+        lock=lock,
+        paths=paths,
+        guest=guest,
+        proxy=proxy,
+        task_root=REPO_ROOT / "tasks",
+        reset_guest=None,
+    )
