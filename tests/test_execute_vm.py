@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +21,8 @@ from runner.lab.state import LabState
 from runner.lab.transport import SshTransport
 from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
+from runner.spec.lock import load_lock
+from runner.spec.resolution import resolution_path
 from tests.support.browser import CI_ARTIFACTS, render
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e]
@@ -124,6 +127,9 @@ def deadline_lock(tmp_path: Path, deadline: int) -> Path:
     head, _, _ = text.partition("[[models]]")
     head = head.replace("cell_deadline_seconds = ", f"cell_deadline_seconds = {deadline} #")
     path = tmp_path / "deadline.toml"
+    # Same environment, same resolution: the lock finds it beside itself, named after the lock.
+    demo = load_lock(DEMO)
+    shutil.copyfile(resolution_path(DEMO, demo), resolution_path(path, demo))
     path.write_text(
         head + '[[models]]\nid = "stall"\nprovider = "scripted"\nmodel = "stalled"\n'
         'thinking = "off"\napi = "openai-completions"\nbase_url = "scripted://local"\n'
