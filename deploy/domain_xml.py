@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Literal
 
-from runner.lab.layout import ARTIFACTS_MOUNT_TAG, GUEST_PROXY_ADDRESS
+from runner.lab.layout import ARTIFACTS_MOUNT_TAG, GUEST_MIRROR_ADDRESS, GUEST_PROXY_ADDRESS
 from runner.lab.libvirt import LAB_NAMESPACE, LAB_NAMESPACE_PREFIX
 
 QEMU_NAMESPACE = "http://libvirt.org/schemas/domain/qemu/1.0"
@@ -69,6 +69,8 @@ class DomainSpec:
     public_key_line: str
     ssh_port: int
     proxy_port: int
+    # The lab's package mirror's loopback port (GUEST_MIRROR_ADDRESS in the guest); None: none.
+    mirror_port: int | None = None
     # The host's artifact store, shared read-only with the guest over virtio-9p (deploy/guest
     # mounts it); "" shares nothing.
     artifacts_dir: str = ""
@@ -89,10 +91,18 @@ def _netdev_arguments(spec: DomainSpec) -> tuple[str, ...]:
     # connection stalls while the first one's is closed and reconnected (measured: every other
     # request from the guest timed out). QEMU may only spawn it with libvirt's seccomp sandbox
     # off (deploy/hypervisor.py).
-    netdev = (
-        "user,id=net0,restrict=on,"
-        f"hostfwd=tcp:127.0.0.1:{spec.ssh_port}-:22,"
-        f"guestfwd=tcp:{GUEST_PROXY_ADDRESS}-cmd:{PROXY_RELAY} TCP:127.0.0.1:{spec.proxy_port}"
+    forwards = [(GUEST_PROXY_ADDRESS, spec.proxy_port)]
+    if spec.mirror_port is not None:
+        forwards.append((GUEST_MIRROR_ADDRESS, spec.mirror_port))
+    netdev = ",".join(
+        [
+            "user,id=net0,restrict=on",
+            f"hostfwd=tcp:127.0.0.1:{spec.ssh_port}-:22",
+            *(
+                f"guestfwd=tcp:{address}-cmd:{PROXY_RELAY} TCP:127.0.0.1:{port}"
+                for address, port in forwards
+            ),
+        ]
     )
     # romfile= : no option ROM (QEMU would look for efi-virtio.rom); the explicit slot keeps
     # clear of the root port libvirt places itself.

@@ -105,11 +105,13 @@ def prepare_lab(
     if previous is not None and previous.guest_arch == lock.guest.arch:
         acceleration = previous.acceleration
         ssh_port, proxy_port = previous.ssh_port, previous.proxy_port
+        mirror_port = previous.mirror_port or _free_loopback_port()
     else:
         acceleration = choose_acceleration(
             virt.connect(libvirt_uri), lock.guest.arch, str(image.vmlinuz), str(image.initrd)
         )
         ssh_port, proxy_port = _free_loopback_port(), _free_loopback_port()
+        mirror_port = _free_loopback_port()
     volumes = LabVolumes.for_lab(name, manifest)
     state = LabState(
         lab=lab,
@@ -125,6 +127,7 @@ def prepare_lab(
         console_log=str(hypervisor.console_log),
         ssh_port=ssh_port,
         proxy_port=proxy_port,
+        mirror_port=mirror_port,
         private_key=str(paths.private_key),
         image=ImageRef(
             store_dir=str(image.dir),
@@ -156,6 +159,7 @@ def domain_spec(state: LabState, lock: Lock, manifest: ImageManifest) -> DomainS
         public_key_line=Path(state.private_key).with_suffix(".pub").read_text(),
         ssh_port=state.ssh_port,
         proxy_port=state.proxy_port,
+        mirror_port=state.mirror_port,
         artifacts_dir=str(CachePaths.default().artifacts),
     )
 

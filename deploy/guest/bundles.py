@@ -11,12 +11,14 @@ built once: ``bundles/<inputs digest>`` in the cache remembers its blob.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import subprocess
 import tarfile
 import tempfile
+import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -222,3 +224,58 @@ def _npm(args: list[str], cwd: Path, tree: HarnessTree) -> None:
             f"harness {tree.harness}: npm {args[0]} failed: "
             f"{(errors or result.stderr.splitlines() or ['no output'])[0]}"
         )
+
+
+# What uv's installer writes as $HOME/.local/bin/env (tests/test.sh sources it): put uv's
+# directory first on PATH unless it is there already.
+_UV_ENV = """#!/bin/sh
+case ":${PATH}:" in
+    *:"$HOME/.local/bin":*) ;;
+    *) export PATH="$HOME/.local/bin:$PATH" ;;
+esac
+"""
+
+
+def verifier_bundle(store: ArtifactStore, uv_wheel: PinnedArtifact | None, mirror_url: str) -> str:
+    """The files the tasks' local base image gets for their verifiers, as a tar of a root tree:
+    uv's binaries from its wheel where its installer puts them (``root/.local/bin``, with the
+    ``env`` file it writes), uv's system config (the lab's mirror as its only index, no Python
+    downloads) and apt's source (the lab's mirror, the frozen Debian packages)."""
+    files: dict[str, tuple[bytes, int]] = {
+        "etc/apt/sources.list.d/bench-mirror.list": (
+            f"deb [trusted=yes] {mirror_url}/debian ./\n".encode(),
+            0o644,
+        ),
+        "etc/uv/uv.toml": (
+            f'python-downloads = "never"\n\n[[index]]\nurl = "{mirror_url}/simple"\n'
+            "default = true\n".encode(),
+            0o644,
+        ),
+    }
+    if uv_wheel is not None:
+        files["root/.local/bin/env"] = (_UV_ENV.encode(), 0o644)
+        with zipfile.ZipFile(store.blob(uv_wheel.sha256)) as wheel:
+            for member in wheel.namelist():
+                if member.endswith(("/scripts/uv", "/scripts/uvx")):
+                    files[f"root/.local/bin/{member.rsplit('/', 1)[1]}"] = (
+                        wheel.read(member),
+                        0o755,
+                    )
+    temp = store.temp_path("verifier-root.tar")
+    try:
+        with tarfile.open(temp, "w", format=tarfile.GNU_FORMAT) as archive:
+            for directory in sorted(_parents(files)):
+                info = tarfile.TarInfo(directory)
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                archive.addfile(info)
+            for name, (data, mode) in sorted(files.items()):
+                info = tarfile.TarInfo(name)
+                info.size, info.mode = len(data), mode
+                archive.addfile(info, io.BytesIO(data))
+        return store.add_file(temp)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def _parents(files: dict[str, tuple[bytes, int]]) -> set[str]:
+    return {str(parent) for name in files for parent in Path(name).parents if str(parent) != "."}

@@ -9,7 +9,7 @@ store through the read-only 9p share (runner/lab/layout.py draws the guest's lay
 from __future__ import annotations
 
 import io
-import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,14 +17,20 @@ from pyinfra.api.deploy import deploy
 from pyinfra.operations import files, server, systemd
 
 from deploy.guest import operations as guest
-from deploy.guest.bundles import harness_tree_bundle, pack_directory, runtime_bundle
+from deploy.guest.bundles import (
+    harness_tree_bundle,
+    pack_directory,
+    runtime_bundle,
+    verifier_bundle,
+)
 from runner.cache.paths import CachePaths
 from runner.cache.store import ArtifactStore
 from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.errors import RunnerError
 from runner.core.roots import REPO_ROOT
-from runner.lab.layout import AGENT_USER, ARTIFACTS_MOUNT_TAG, GUEST
-from runner.spec.lock import Lock, TaskSource
+from runner.lab.layout import AGENT_USER, ARTIFACTS_MOUNT_TAG, GUEST, GUEST_MIRROR_URL
+from runner.lab.tasks import derive_tasks
+from runner.spec.lock import Lock
 from runner.spec.resolution import PinnedArtifact, Resolution, load_resolution, resolution_path
 
 # Mount options exactly as /proc/self/mountinfo shows them (pyinfra's server.mount compares
@@ -36,13 +42,25 @@ MOUNT_OPTIONS = ("ro", "trans=virtio", "msize=512000", "cache=0xf")
 FSTAB_OPTIONS = ",".join((*MOUNT_OPTIONS, "nofail"))
 
 # The local base image: the guest's own userland (a tar of its own files, no registry). /usr/bin
-# is taken without its large programs (podman, ...) but with Python, git, and ripgrep and fd-find
-# (rg, fdfind: OpenPI's file-search finds them on PATH, else downloads its own); what they and the
-# harness scripts need from /usr/lib comes along whole. The harnesses and their runtimes are not
-# in it: every task container gets them bound read-only (GUEST.container_mounts).
-_ROOTFS_TREES = ("usr/lib/python3.13", "usr/lib/git-core", "usr/share/git-core", "etc/alternatives")
-_ROOTFS_ENTRIES = ("bin", "lib", "sbin", "usr", "usr/bin", "usr/lib", "usr/share")
-_ROOTFS_TAIL = ("etc", "etc/passwd", "etc/group", "etc/ld.so.cache", "tmp", "root")
+# and /usr/sbin are taken without their large programs (podman, ...) but with Python, git, and
+# ripgrep and fd-find (rg, fdfind: OpenPI's file-search finds them on PATH, else downloads its
+# own); what they and the harness scripts need from /usr/lib comes along whole. apt and dpkg come
+# with their state (the guest's package database; its own sources are left out): a task's
+# Dockerfile or verifier that apt-installs a package finds it installed, or fetches it from the
+# lab's mirror. The harnesses and their runtimes are not in it: every task container gets them
+# bound read-only (GUEST.container_mounts). With a verifier tree (lock tasks.verifier), its files
+# are laid over the root (uv in /root/.local/bin, the mirror as apt's and uv's only source).
+_ROOTFS_TREES = (
+    "usr/lib/python3.13", "usr/lib/git-core", "usr/share/git-core", "etc/alternatives",
+    "usr/lib/apt", "usr/lib/dpkg", "etc/dpkg", "var/lib/dpkg",
+)  # fmt: skip
+_ROOTFS_ENTRIES = ("bin", "lib", "sbin", "usr", "usr/bin", "usr/sbin", "usr/lib", "usr/share")
+_ROOTFS_TAIL = (
+    "etc", "etc/passwd", "etc/group", "etc/ld.so.cache", "tmp", "root", "etc/apt", "var",
+    "var/lib", "var/cache", "var/log",
+)  # fmt: skip
+# apt's own directories, as far as the guest has them (apt makes the missing ones).
+_APT_DIRS = ("etc/apt", "var/lib/apt", "var/cache/apt", "var/log/apt")
 # Per guest arch: its multiarch library tree and its dynamic loader (with the links to it).
 _ARCH_LIBRARIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "aarch64": ("usr/lib/aarch64-linux-gnu", ("usr/lib/ld-linux-aarch64.so.1",)),
@@ -53,18 +71,22 @@ _ARCH_LIBRARIES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def _rootfs_tar(arch: str) -> str:
+def _rootfs_tar(arch: str, verifier_root: str | None) -> str:
     libraries, loader = _ARCH_LIBRARIES[arch]
     entries = (*_ROOTFS_ENTRIES, *loader, *_ROOTFS_TAIL)
+    overlay = verifier_root.lstrip("/") if verifier_root else None
     listing = " ".join(
         [
             f"printf '%s\\n' {' '.join(entries)};",
-            "find usr/bin ! -type d \\( -size -3M -o -name 'python3*' -o -name git -o -name rg "
-            "-o -name fdfind \\);",
-            f"find {' '.join((libraries, *_ROOTFS_TREES))};",
+            "find usr/bin usr/sbin ! -type d \\( -size -3M -o -name 'python3*' -o -name git "
+            "-o -name rg -o -name fdfind \\);",
+            f"find {' '.join((libraries, *_ROOTFS_TREES))} etc/apt/apt.conf.d;",
+            f"find {' '.join(_APT_DIRS)} -type d 2>/dev/null;",
+            *([f"find {overlay} -mindepth 1;"] if overlay else []),
         ]
     )
-    return f"cd / && {{ {listing} }} | tar -c --no-recursion --numeric-owner -T -"
+    transform = f" --transform 's,^{overlay}/,,'" if overlay else ""
+    return f"cd / && {{ {listing} }} | tar -c --no-recursion --numeric-owner{transform} -T -"
 
 
 @dataclass(frozen=True)
@@ -101,6 +123,7 @@ class GuestPlan:
     wheels_digest: str
     runner_package: Bundle
     tasks: tuple[Bundle, ...]
+    verifier: Bundle | None  # the verifier's files, laid over the local base image's root
     base_images: dict[str, tuple[str, ...]]  # image name -> the FROM names tagged to it
     image_inputs: str
     rootfs_tar: str  # the guest's own userland for the local base images
@@ -118,23 +141,6 @@ def _one(resolution: Resolution, kind: str) -> PinnedArtifact:
     return found[0]
 
 
-def _task_root(tasks: TaskSource, paths: CachePaths) -> Path:
-    if tasks.path is not None:
-        return REPO_ROOT / tasks.path / tasks.subdir
-    assert tasks.git is not None and tasks.commit is not None  # the lock model requires both
-    checkout = paths.task_checkout(tasks.commit)
-    if not (checkout / ".git").is_dir():
-        for command in (
-            ["git", "clone", "--quiet", "--no-checkout", tasks.git, str(checkout)],
-            ["git", "-C", str(checkout), "checkout", "--quiet", tasks.commit],
-        ):
-            result = subprocess.run(command, capture_output=True, text=True, check=False)
-            if result.returncode != 0:
-                problem = (result.stderr.strip().splitlines() or ["no output"])[-1]
-                raise RunnerError(f"tasks: {' '.join(command[:2])} failed: {problem}")
-    return checkout / tasks.subdir
-
-
 def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
     """Check the resolution against the store, build the bundles, and say what goes where."""
     paths = CachePaths.default()
@@ -147,9 +153,15 @@ def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
         Bundle("bun", bun, str(GUEST.bun_dir), "bin/bun"),
     )
     trees = _harness_tree_bundles(lock, resolution, store, paths)
-    wheels = tuple((a.filename, _blob(a)) for a in resolution.artifacts if a.kind == "wheel")
-    tasks = _task_bundles(lock.tasks, store, paths)
-    image_inputs = _image_inputs(lock, resolution)
+    # Harbor's venv takes its wheels from all of them (pip picks what harbor needs).
+    wheels = tuple(
+        (a.filename, _blob(a))
+        for a in resolution.artifacts
+        if a.kind in ("wheel", "verifier-wheel")
+    )
+    tasks = _task_bundles(lock, resolution, store, paths)
+    verifier = _verifier_tree(lock, resolution, store)
+    image_inputs = _image_inputs(lock, resolution, verifier)
     return GuestPlan(
         debs=tuple(
             guest.DebFile(a.name, a.version, _blob(a))
@@ -164,9 +176,10 @@ def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
         wheels_digest=sha256_digest(canonical_json(sorted(wheels))),
         runner_package=_runner_package(store),
         tasks=tasks,
+        verifier=verifier,
         base_images=_base_images(lock),
         image_inputs=image_inputs,
-        rootfs_tar=_rootfs_tar(lock.guest.arch),
+        rootfs_tar=_rootfs_tar(lock.guest.arch, verifier.dest if verifier else None),
         task_images=_task_images(lock.tasks.ids, tasks, image_inputs),
     )
 
@@ -210,19 +223,30 @@ def _harness_tree_bundles(
     )
 
 
-def _task_bundles(tasks: TaskSource, store: ArtifactStore, paths: CachePaths) -> tuple[Bundle, ...]:
-    """The lock's Harbor task dirs, each packed from the task source."""
-    task_root = _task_root(tasks, paths)
-    return tuple(
-        Bundle(
-            f"task-{task}",
-            pack_directory(store, task_root / task, task),
-            str(GUEST.task(task)),
-            "task.toml",
-            strip_components=1,
+def _task_bundles(
+    lock: Lock, resolution: Resolution, store: ArtifactStore, paths: CachePaths
+) -> tuple[Bundle, ...]:
+    """The lock's Harbor task dirs as the lab runs them (derived by the lock's rules), packed."""
+    with tempfile.TemporaryDirectory(prefix="derived-tasks-", dir=paths.tmp) as work:
+        return tuple(
+            Bundle(
+                f"task-{derivation.id}",
+                pack_directory(store, tree, derivation.id),
+                str(GUEST.task(derivation.id)),
+                "task.toml",
+                strip_components=1,
+            )
+            for derivation, tree in derive_tasks(lock, resolution, paths, Path(work))
         )
-        for task in tasks.ids
-    )
+
+
+def _verifier_tree(lock: Lock, resolution: Resolution, store: ArtifactStore) -> Bundle | None:
+    """The verifier's files for the local base image (lock tasks.verifier), or None."""
+    if lock.tasks.verifier is None:
+        return None
+    uv = [a for a in resolution.artifacts if a.kind == "verifier-wheel" and a.name == "uv"]
+    digest = verifier_bundle(store, uv[0] if uv else None, GUEST_MIRROR_URL)
+    return Bundle("verifier-root", digest, str(GUEST.verifier_root), "etc/uv/uv.toml")
 
 
 def _runner_package(store: ArtifactStore) -> Bundle:
@@ -243,17 +267,16 @@ def _base_images(lock: Lock) -> dict[str, tuple[str, ...]]:
     return {image: tuple(names) for image, names in images.items()}
 
 
-def _image_inputs(lock: Lock, resolution: Resolution) -> str:
+def _image_inputs(lock: Lock, resolution: Resolution, verifier: Bundle | None) -> str:
     """The digest of what the local base image is made of: a change rebuilds it."""
-    return sha256_digest(
-        canonical_json(
-            {
-                "rootfs": _rootfs_tar(lock.guest.arch),
-                "guest": sha256_digest(canonical_json(lock.guest)),
-                "debs": [deb.sha256 for deb in resolution.artifacts if deb.kind == "deb"],
-            }
-        )
-    )
+    inputs = {
+        "rootfs": _rootfs_tar(lock.guest.arch, verifier.dest if verifier else None),
+        "guest": sha256_digest(canonical_json(lock.guest)),
+        "debs": [deb.sha256 for deb in resolution.artifacts if deb.kind == "deb"],
+    }
+    if verifier is not None:
+        inputs["verifier"] = verifier.digest
+    return sha256_digest(canonical_json(inputs))
 
 
 def _task_images(
@@ -302,6 +325,8 @@ def guest_provisioning(plan: GuestPlan) -> None:
     _harbor_installed(plan)
     for task in plan.tasks:
         _unpacked(f"Task {task.dest}", task)
+    if plan.verifier is not None:
+        _unpacked(f"Verifier files for the base image in {plan.verifier.dest}", plan.verifier)
     files.directory(name="Harbor trial dirs", path=str(GUEST.trials_dir))
     _images_built(plan)
 

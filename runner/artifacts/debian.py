@@ -165,8 +165,14 @@ class DebianPlan:
 
 
 async def plan_debs(
-    guest: Guest, tools: Tools, platform: GuestPlatform, paths: CachePaths
+    guest: Guest,
+    tools: Tools,
+    platform: GuestPlatform,
+    paths: CachePaths,
+    task_debs: tuple[str, ...] = (),
 ) -> DebianPlan:
+    """The packages the deploy installs on the image's (``guest.packages``), and ``task_debs``
+    (what the tasks' verifiers would install): each with its dependencies, pinned."""
     suites = "+".join((guest.suite, *guest.tool_suites))
     state = AptState(paths.apt_state(suites, platform.deb_arch), guest, platform.deb_arch)
     state.write()
@@ -178,7 +184,9 @@ async def plan_debs(
         return DebianPlan(plan, 0)
     # One after the other: both runs would rebuild apt's package cache in the same directory.
     image = await state.install_set(image_packages)
-    with_deploy = await _install_with_pins(state, (*image_packages, *GUEST_DEPLOY_DEBS), pins)
+    with_deploy = await _install_with_pins(
+        state, (*image_packages, *GUEST_DEPLOY_DEBS, *task_debs), pins
+    )
     extra = {name: version for name, version in with_deploy.items() if image.get(name) != version}
     suites_of = await state.suites_of(sorted(extra)) if extra else {}
     for stanza in await state.stanzas(extra) if extra else []:

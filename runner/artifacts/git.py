@@ -104,11 +104,11 @@ async def pack_git(package: PinnedPackage, store: ArtifactStore) -> Packed:
         repo, tree, out = work / "repo", work / "tree", work / "out"
         for directory in (repo, tree, out):
             directory.mkdir()
-        await _git(repo, "init", "--quiet")
-        await _fetch_commit(repo, url, commit, package.source)
+        await git(repo, "init", "--quiet")
+        await fetch_commit(repo, url, commit, package.source)
         if package.tag is not None:
             await _check_tag(repo, url, commit, package.tag, package.source)
-        archive = await _git_bytes(repo, "archive", "--format=tar", commit)
+        archive = await git_bytes(repo, "archive", "--format=tar", commit)
         _extract_fixed_modes(archive, tree)
         npm = await tool_version(["npm", "--version"], "npm --version")
         answer = await run_tool(
@@ -142,7 +142,7 @@ def _pins_digest(own: OwnTree) -> str:
     return sha256_digest(canonical_json(pinned))
 
 
-async def _fetch_commit(repo: Path, url: str, commit: str, source: str) -> None:
+async def fetch_commit(repo: Path, url: str, commit: str, source: str) -> None:
     try:
         await run_tool(
             ["git", "-C", str(repo), "fetch", "--quiet", "--depth", "1", url, commit],
@@ -156,21 +156,21 @@ async def _fetch_commit(repo: Path, url: str, commit: str, source: str) -> None:
 
 async def _check_tag(repo: Path, url: str, commit: str, tag: str, source: str) -> None:
     try:
-        await _git(repo, "fetch", "--quiet", "--depth", "1", url, f"refs/tags/{tag}")
+        await git(repo, "fetch", "--quiet", "--depth", "1", url, f"refs/tags/{tag}")
     except ToolFailed:
         raise GitSourceError(f"{source}: the remote {url} has no tag {tag}") from None
-    tagged = (await _git(repo, "rev-parse", "FETCH_HEAD^{commit}")).strip()
+    tagged = (await git(repo, "rev-parse", "FETCH_HEAD^{commit}")).strip()
     if tagged != commit:
         raise GitSourceError(
             f"{source}: tag {tag} of {url} points at {tagged}, the lock says {commit}"
         )
 
 
-async def _git(repo: Path, *args: str) -> str:
+async def git(repo: Path, *args: str) -> str:
     return await run_tool(["git", "-C", str(repo), *args], f"git {args[0]}")
 
 
-async def _git_bytes(repo: Path, *args: str) -> bytes:
+async def git_bytes(repo: Path, *args: str) -> bytes:
     process = await asyncio.create_subprocess_exec(
         "git", "-C", str(repo), *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -4,6 +4,7 @@ Every artifact is fetched from its recorded URL and must have its recorded sha25
 pinned ``file:`` tarball must still have its recorded digest; a ``git+`` package is fetched at
 its commit and packed again, and the tarball must be the recorded one byte for byte; each
 harness tree's lockfile comes from the file committed beside the resolution and must have its
+recorded digest; a git task source is fetched at its commit and each task's tree must have its
 recorded digest. Any difference
 fails closed, naming the artifact: the record is never rewritten here.
 """
@@ -16,9 +17,10 @@ from rich.console import Console
 
 from runner.artifacts.fetch import FetchReport, Wanted, fetch_all
 from runner.artifacts.git import pack_git
+from runner.artifacts.tasks import check_recorded, fetch_tasks
 from runner.cache.store import ArtifactStore
 from runner.core.errors import RunnerError
-from runner.spec.lock import PinnedPackage
+from runner.spec.lock import PinnedPackage, TaskSource
 from runner.spec.resolution import GitPackage, PinnedArtifact, Resolution, lockfile_path
 
 _RECORD = "the resolution"
@@ -30,7 +32,10 @@ async def fetch_recorded(
     paths_root: Path,
     store: ArtifactStore,
     console: Console,
+    tasks: TaskSource,
 ) -> FetchReport:
+    if resolution.tasks:
+        check_recorded(resolution.tasks, await fetch_tasks(tasks, store.paths))
     for record in resolution.git_packages:
         await _repack(record, store)
     for artifact in resolution.artifacts:

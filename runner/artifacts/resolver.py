@@ -29,6 +29,7 @@ from runner.artifacts.npm import (
     tree_pin_problems,
 )
 from runner.artifacts.plan import Plan, Planned
+from runner.artifacts.tasks import fetch_tasks
 from runner.artifacts.tools import PIP, run_tool, tool_version
 from runner.artifacts.wheels import harbor_pin_problem, plan_wheels
 from runner.cache.paths import CachePaths
@@ -41,12 +42,13 @@ from runner.spec.resolution import (
     HarnessTree,
     PinnedArtifact,
     Resolution,
+    ResolvedTask,
     ResolverTools,
     environment_fingerprint,
 )
 
-Section = Literal["debs", "wheels", "tools", "harnesses"]
-ALL_SECTIONS: frozenset[Section] = frozenset(("debs", "wheels", "tools", "harnesses"))
+Section = Literal["debs", "wheels", "tools", "harnesses", "tasks"]
+ALL_SECTIONS: frozenset[Section] = frozenset(("debs", "wheels", "tools", "harnesses", "tasks"))
 
 
 class UnavailableArtifacts(RunnerError):
@@ -87,8 +89,19 @@ async def resolve_lock(
             checks.append(node_pin_problem(lock.tools.node, registry, platform))
         if "wheels" in sections:
             checks.append(harbor_pin_problem(session, lock.tools.harbor, lock.tools.python_index))
-        await _fail_on_problems(checks)
-        packed = await _pack_git_packages(trees, store)
+        # The git sources too (tasks, git harness packages): each absent commit is one line,
+        # beside the registries' lines.
+        fetched = await _fetched_tasks(lock, paths, sections)
+        packed, unpacked = await _pack_git_packages(trees, store)
+        for item in packed.values():
+            console.print(
+                f"{item.package.source}: packed {item.record.name} {item.record.version} "
+                f"({item.record.sha256})"
+            )
+        await _fail_on_problems(
+            checks, [*([fetched] if isinstance(fetched, str) else []), *unpacked]
+        )
+        tasks = () if isinstance(fetched, str) else fetched
         steps = [plan_tree(tree, registry, platform, paths_root, store, packed) for tree in trees]
         if "tools" in sections:
             steps.append(plan_node(lock.tools.node, registry, platform))
@@ -108,7 +121,7 @@ async def resolve_lock(
         lock_name=lock.name,
         lock_environment=lock.environment_inputs,
         environment_fingerprint=environment_fingerprint(
-            lock.environment_inputs, artifacts, harness_trees
+            lock.environment_inputs, artifacts, harness_trees, tasks
         ),
         arch=lock.guest.arch,
         suite=lock.guest.suite,
@@ -116,13 +129,27 @@ async def resolve_lock(
         artifacts=artifacts,
         harness_trees=harness_trees,
         git_packages=tuple(sorted((item.record for item in packed.values()), key=_by_source)),
+        tasks=tasks,
     )
     return Resolved(resolution, report)
 
 
-async def _fail_on_problems(checks: list[Coroutine[Any, Any, list[str]]]) -> None:
-    """Run the metadata checks together; every line any of them found, or nothing."""
-    problems = [line for lines in await asyncio.gather(*checks) for line in lines]
+async def _fetched_tasks(
+    lock: Lock, paths: CachePaths, sections: frozenset[Section]
+) -> tuple[ResolvedTask, ...] | str:
+    """The git task source's trees, or the one line saying why it cannot be fetched."""
+    if "tasks" not in sections:
+        return ()
+    try:
+        return await fetch_tasks(lock.tasks, paths)
+    except RunnerError as error:
+        return str(error)
+
+
+async def _fail_on_problems(checks: list[Coroutine[Any, Any, list[str]]], found: list[str]) -> None:
+    """Run the metadata checks together; every line any of them found (after ``found``, the
+    problems already known), or nothing."""
+    problems = [*found, *(line for lines in await asyncio.gather(*checks) for line in lines)]
     if problems:
         raise UnavailableArtifacts(problems)
 
@@ -140,19 +167,20 @@ def _stored_trees(plan: Plan, store: ArtifactStore) -> tuple[HarnessTree, ...]:
     )
 
 
-async def _pack_git_packages(trees: list[NpmTree], store: ArtifactStore) -> dict[str, Packed]:
-    """Every ``git+`` package of the trees, fetched at its commit and packed (once each)."""
+async def _pack_git_packages(
+    trees: list[NpmTree], store: ArtifactStore
+) -> tuple[dict[str, Packed], list[str]]:
+    """Every ``git+`` package of the trees, fetched at its commit and packed (once each), and a
+    line for each one that cannot be."""
     sources = {p.source: p for tree in trees for p in tree.packages if p.git_commit is not None}
     results = await asyncio.gather(
         *(pack_git(package, store) for package in sources.values()), return_exceptions=True
     )
     failures = [str(result) for result in results if isinstance(result, RunnerError)]
-    if failures:
-        raise UnavailableArtifacts(failures)
     for result in results:
         if isinstance(result, BaseException):
             raise result
-    return {item.package.source: item for item in results if isinstance(item, Packed)}
+    return {item.package.source: item for item in results if isinstance(item, Packed)}, failures
 
 
 def _by_source(record: GitPackage) -> str:
@@ -173,14 +201,19 @@ async def _plan_debs_and_wheels(
     lock: Lock, platform: GuestPlatform, paths: CachePaths, sections: frozenset[Section]
 ) -> Plan:
     """Debian first: the suite's glibc says which manylinux wheels run on the guest."""
-    debian = await plan_debs(lock.guest, lock.tools, platform, paths)
+    verifier = lock.tasks.verifier
+    task_debs = verifier.debs if verifier else ()
+    debian = await plan_debs(lock.guest, lock.tools, platform, paths, task_debs)
     if debian.plan.unavailable:  # a pinned tool no suite has: nothing to choose wheels for
         return debian.plan
     plan = debian.plan if "debs" in sections else Plan()
     if "wheels" in sections:
-        requirement = f"harbor=={lock.tools.harbor}"
-        index = lock.tools.python_index
-        plan.merge(await plan_wheels(requirement, index, platform, debian.glibc_minor))
+        index, glibc = lock.tools.python_index, debian.glibc_minor
+        harbor = (f"harbor=={lock.tools.harbor}",)
+        plan.merge(await plan_wheels(harbor, index, platform, glibc))
+        if verifier and verifier.requirements:
+            requirements = verifier.requirements
+            plan.merge(await plan_wheels(requirements, index, platform, glibc, "verifier-wheel"))
     return plan
 
 
@@ -192,7 +225,9 @@ def _artifacts(planned: list[Planned], report: FetchReport) -> tuple[PinnedArtif
         known = by_url.get(item.wanted.url)
         harnesses = set(item.harnesses) | set(known.harnesses if known else ())
         by_url[item.wanted.url] = PinnedArtifact(
-            kind=item.kind,
+            # A wheel both Harbor and the verifiers need keeps the kind it was first planned
+            # with (Harbor's); the lab's mirror serves every wheel of the resolution.
+            kind=known.kind if known else item.kind,
             name=item.name,
             version=item.version,
             url=item.wanted.url,

@@ -22,6 +22,7 @@ from runner.artifacts.plan import Plan, Planned
 from runner.artifacts.tools import PIP, ToolFailed, pip_env, run_tool
 from runner.artifacts.versions import nearest_version
 from runner.spec.platform import GuestPlatform
+from runner.spec.resolution import ArtifactKind
 
 GUEST_PYTHON = "3.13"  # Debian trixie's python3
 # PEP 691's JSON form of the simple API; PEP 700 adds the project's "versions".
@@ -30,9 +31,15 @@ _NO_WHEEL = re.compile(r"No matching distribution found for (\S+)")
 
 
 async def plan_wheels(
-    requirement: str, index: str, platform: GuestPlatform, glibc_minor: int
+    requirements: tuple[str, ...],
+    index: str,
+    platform: GuestPlatform,
+    glibc_minor: int,
+    kind: ArtifactKind = "wheel",
 ) -> Plan:
+    """The wheels pip installs for ``requirements`` on the guest, as ``kind`` artifacts."""
     plan = Plan()
+    requirement = " ".join(requirements)
     python_tag = "cp" + GUEST_PYTHON.replace(".", "")
     platforms = [
         arg for tag in platform.wheel_platforms(glibc_minor) for arg in ("--platform", tag)
@@ -46,7 +53,7 @@ async def plan_wheels(
                     "--target", str(Path(workdir) / "target"), "--report", str(report_path),
                     "--only-binary=:all:", "--python-version", GUEST_PYTHON,
                     "--implementation", "cp", "--abi", python_tag, "--abi", "abi3",
-                    "--abi", "none", *platforms, "--index-url", index, requirement,
+                    "--abi", "none", *platforms, "--index-url", index, *requirements,
                 ],
                 f"pip wheels for {requirement}",
                 env=pip_env(),
@@ -67,7 +74,7 @@ async def plan_wheels(
         metadata = item["metadata"]
         plan.planned.append(
             Planned(
-                kind="wheel",
+                kind=kind,
                 name=metadata["name"],
                 version=metadata["version"],
                 wanted=Wanted(url, url.rsplit("/", 1)[-1], sha256="sha256:" + sha256),

@@ -22,7 +22,7 @@ import shlex
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -34,10 +34,12 @@ from runner.cells.accounting import (
 )
 from runner.cells.classify import classify, find_result
 from runner.cells.failure_class import Evidence, failure_class, harbor_evidence
+from runner.cells.verifier_setup import verifier_setup_problem
 from runner.core.canonical import file_digest
 from runner.core.errors import RunnerError
 from runner.guest.agent_plan import CONTAINER
 from runner.lab.layout import DOCKER_HOST, GUEST, GUEST_PROXY_URL
+from runner.lab.mirror import MirrorRequest, read_requests
 from runner.lab.transport import GuestError, GuestTransport
 from runner.provider.script import script_for
 from runner.proxy import CredentialProxy, ProxyCellCounts
@@ -46,6 +48,7 @@ from runner.records.ledger import (
     Failure,
     Ledger,
     LedgerLine,
+    MirrorUse,
     Outcome,
     RetainedFile,
     cell_coordinates,
@@ -122,6 +125,8 @@ class _Attempt:
     counts: ProxyCellCounts | None = None
     trial_root: Path | None = None
     retried: int = 0  # earlier attempts of the cell the retry policy re-ran
+    mirror_offset: int = 0  # where the mirror log stood when the attempt started
+    mirror: tuple[MirrorRequest, ...] | None = None  # the mirror's requests during the attempt
 
 
 @dataclass
@@ -134,6 +139,7 @@ class CellRunner:
     proxy: CredentialProxy
     task_root: Path
     reset_guest: Callable[[], object] | None  # None: cells run without a reset (verify instead)
+    mirror_log: Path | None = None  # the lab's package mirror log; None: no mirror is running
 
     def model(self, cell: Cell) -> Model:
         return next(model for model in self.lock.models if model.id == cell.model)
@@ -201,6 +207,8 @@ class CellRunner:
     ) -> tuple[LedgerLine, tuple[Exception, Failure] | None]:
         """One attempt's line (not yet in the ledger), and what raised when a phase did."""
         attempt = _Attempt(cell, ledger.begin_attempt(cell), retried=ledger.retried(cell.id))
+        if self.mirror_log is not None:
+            attempt.mirror_offset = read_requests(self.mirror_log, 0)[1]
         try:
             return self._phases(attempt), None
         except Exception as error:
@@ -261,6 +269,11 @@ class CellRunner:
         self._close_proxy(attempt)
         assert attempt.counts is not None
         outcome, reason, harbor = classify(attempt.trial_root, deadline_passed)
+        if self.mirror_log is not None:
+            attempt.mirror = read_requests(self.mirror_log, attempt.mirror_offset)[0]
+        setup_problem = verifier_setup_problem(attempt.trial_root, harbor, attempt.mirror or ())
+        if setup_problem is not None and outcome != "pass":
+            outcome, reason = "indeterminate", f"verifier_setup: {setup_problem}"
         events = next(iter(sorted(attempt.trial_root.rglob(AGENT_EVENT_LOG))), None)
         logical = count_logical_attempts_in(events) if events else None
         reconciliation = reconcile(logical, attempt.counts) if logical else None
@@ -273,8 +286,11 @@ class CellRunner:
         evidence = (
             Evidence(ending="deadline")
             if deadline_passed
-            else harbor_evidence(
-                harbor, find_result(attempt.trial_root) is not None, attempt.counts, logical
+            else replace(
+                harbor_evidence(
+                    harbor, find_result(attempt.trial_root) is not None, attempt.counts, logical
+                ),
+                verifier_setup=setup_problem,
             )
         )
         return outcome, reason, logical_attempts, evidence
@@ -314,6 +330,7 @@ class CellRunner:
             request_sums=request_sums(counts) if counts else None,
             agent_cpu_seconds=cgroup.cpu_seconds if cgroup else None,
             agent_peak_memory_bytes=cgroup.memory_peak_bytes if cgroup else None,
+            mirror=_mirror_use(attempt.mirror),
         )
 
     def _go_on_after(self, error: Exception, failure: Failure, cell: Cell) -> None:
@@ -347,3 +364,11 @@ class CellRunner:
     def task_source_dir(self, task: str) -> Path:
         """The task on the host, where the scripted provider reads its reference solution."""
         return self.task_root / task
+
+
+def _mirror_use(requests: tuple[MirrorRequest, ...] | None) -> MirrorUse | None:
+    if requests is None:
+        return None
+    return MirrorUse(
+        requests=len(requests), misses=tuple(sorted({r.item for r in requests if r.miss}))
+    )

@@ -12,6 +12,9 @@ deliberate:
 
 - the runner's own deadline and exceptions come first: nothing Harbor wrote is trusted then;
 - reward 1 is ``success`` whatever else happened;
+- a verifier whose own setup failed (a package the lab's mirror does not have, a tool missing:
+  runner.cells.verifier_setup) is ``verifier_setup`` before anything else Harbor says: its
+  reward 0 says nothing of the agent;
 - a provider that answered nothing but errors is ``model_failure`` before any Harbor exception
   it caused (the harness exiting non-zero because every request failed is not its own crash);
 - Harbor's exception types, then the phase it struck in, then whether it names the agent;
@@ -58,6 +61,7 @@ class Evidence:
     runner_phase: str | None = None  # the runner's phase that raised
     exception: str | None = None  # Harbor's exception_info as "Type: message"
     harbor_phase: str | None = None  # the last of Harbor's phases with a start time
+    verifier_setup: str | None = None  # what broke the verifier's own setup, if anything did
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,7 @@ class Rule:
     runner_phase: frozenset[str] | None = None
     exception: str | None = None  # a regex searched in "Type: message"; needs an exception
     harbor_phase: frozenset[str | None] | None = None
+    verifier_setup: bool | None = None
 
     def matches(self, evidence: Evidence) -> bool:
         equal = (
@@ -78,6 +83,7 @@ class Rule:
             (self.verdict, evidence.verdict),
             (self.provider, evidence.provider),
             (self.agent_acted, evidence.agent_acted),
+            (self.verifier_setup, evidence.verifier_setup is not None),
         )
         if any(pattern is not None and pattern != value for pattern, value in equal):
             return False
@@ -112,6 +118,11 @@ RULES: tuple[Rule, ...] = (
     Rule("unknown", "Harbor wrote no result.json after the agent ran", ending="no_result"),
     Rule("unknown", "Harbor's result.json is unreadable", ending="unreadable_result"),
     Rule("success", "reward 1", verdict="pass"),
+    Rule(
+        "verifier_setup",
+        "the verifier's own setup failed: its verdict says nothing of the agent",
+        verifier_setup=True,
+    ),
     Rule("model_failure", "every provider answer was an error", provider="errors_only"),
     Rule("model_failure", "Harbor found a provider API error", exception=r"^Api\w*Error:"),
     Rule("timeout", "Harbor's agent timeout", exception=r"^AgentTimeoutError:"),

@@ -27,8 +27,17 @@ from runner.run.execute import ExecuteOptions, execute
     show_default=True,
     help="Reset the guest to its frozen snapshot before every cell (off: verify only at start).",
 )
+@click.option(
+    "--withhold-from-mirror",
+    "withhold",
+    multiple=True,
+    hidden=True,
+    help="A fault for the tests: the lab's package mirror serves the frozen set without NAME.",
+)
 @lab_option
-def execute_command(lock_path: Path | None, run_dir: Path | None, reset: bool, lab: str) -> None:
+def execute_command(
+    lock_path: Path | None, run_dir: Path | None, reset: bool, withhold: tuple[str, ...], lab: str
+) -> None:
     """Run the lock's frozen schedule in the lab's frozen guest, one cell at a time.
 
     Exit code 0 when the receipt is ``completed`` or ``completed_with_indeterminate``, 1 when it
@@ -39,7 +48,7 @@ def execute_command(lock_path: Path | None, run_dir: Path | None, reset: bool, l
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         run_dir = Path("runs") / f"{lock_path.stem}-{stamp}"
     console = Console()
-    receipt = execute(ExecuteOptions(lock_path, run_dir, lab, reset), console)
+    receipt = execute(ExecuteOptions(lock_path, run_dir, lab, reset, withhold), console)
     paths = RunPaths(run_dir)
     console.print(f"status: {receipt.status}")
     for reason in receipt.reasons:

@@ -74,7 +74,7 @@ def fetch_resolution(lock_path: Path, paths: CachePaths | None = None) -> list[s
     paths = paths or CachePaths.default()
     started = time.monotonic()
     report = asyncio.run(
-        fetch_recorded(recorded, path, REPO_ROOT, ArtifactStore(paths), _console())
+        fetch_recorded(recorded, path, REPO_ROOT, ArtifactStore(paths), _console(), lock.tasks)
     )
     return [
         f"{report.summary()} ({time.monotonic() - started:.1f} s; store {paths.artifacts})",

@@ -27,6 +27,7 @@ FailureClass = Literal[
     "model_failure",
     "harness_failure",
     "setup_failure",
+    "verifier_setup",
     "timeout",
     "cancelled",
     "unknown",

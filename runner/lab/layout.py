@@ -35,6 +35,10 @@ GUEST_PYTHON = "3.13"
 # which the lab's guestfwd relays to the proxy's host loopback port (no traffic leaves loopback).
 GUEST_PROXY_ADDRESS = "10.0.2.100:8080"
 GUEST_PROXY_URL = f"http://{GUEST_PROXY_ADDRESS}"
+# The lab's package mirror (runner.lab.mirror) as the guest and its containers reach it: another
+# guestfwd to a host loopback port. It serves the frozen Debian packages and wheels, nothing else.
+GUEST_MIRROR_ADDRESS = "10.0.2.101:80"
+GUEST_MIRROR_URL = f"http://{GUEST_MIRROR_ADDRESS}"
 
 
 class GuestLayout:
@@ -55,6 +59,11 @@ class GuestLayout:
     @property
     def bun_dir(self) -> PurePosixPath:
         return self.bench / "bun"
+
+    @property
+    def verifier_root(self) -> PurePosixPath:
+        """Files laid over the tasks' local base image (lock tasks.verifier: uv, its config)."""
+        return self.bench / "verifier-root"
 
     def runtime_bin(self, runtime: str) -> PurePosixPath:
         """``node`` or ``bun`` as the guest runs it."""

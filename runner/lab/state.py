@@ -71,6 +71,11 @@ class LabPaths:
         return self.lab_dir / "known_hosts"
 
     @property
+    def mirror_log(self) -> Path:
+        """Every request the lab's package mirror answered (runner.lab.mirror), JSON Lines."""
+        return self.lab_dir / "mirror.jsonl"
+
+    @property
     def local_pool_dir(self) -> Path:
         return self.lab_dir / "pool"
 
@@ -131,6 +136,11 @@ class LabState(FrozenModel):
     # QEMU forwards the guest's layout.GUEST_PROXY_ADDRESS to this loopback port (the proxy).
     proxy_port: int = Field(ge=1024, le=65535)
     image: ImageRef
+    # QEMU forwards layout.GUEST_MIRROR_ADDRESS to this loopback port: the lab's package mirror
+    # (runner.lab.mirror), which serves the task builds and verifiers the frozen set only.
+    mirror_port: int | None = Field(default=None, ge=1024, le=65535)
+
+    LATE_FIELDS = frozenset({"mirror_port"})
 
 
 def load_lab_state(paths: LabPaths) -> LabState:

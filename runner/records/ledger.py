@@ -50,10 +50,20 @@ class RequestSums(FrozenModel):
     latency_ms: float = Field(ge=0, description="the physical POSTs' durations, summed")
 
 
+class MirrorUse(FrozenModel):
+    """What the cell asked of the lab's package mirror (runner.lab.mirror): every request, and
+    each package or project it asked for that the frozen set does not have."""
+
+    requests: int = Field(ge=0)
+    misses: tuple[str, ...] = ()
+
+
 class LedgerLine(FrozenModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     # Left out of a line at their default (None: "not recorded"), so lines keep their shape.
-    LATE_FIELDS = frozenset({"request_sums", "agent_cpu_seconds", "agent_peak_memory_bytes"})
+    LATE_FIELDS = frozenset(
+        {"request_sums", "agent_cpu_seconds", "agent_peak_memory_bytes", "mirror"}
+    )
 
     schema_version: Literal[1] = 1
     cell_id: str
@@ -90,6 +100,7 @@ class LedgerLine(FrozenModel):
     agent_peak_memory_bytes: int | None = Field(
         default=None, ge=0, description="the agent container's peak memory up to the harness's end"
     )
+    mirror: MirrorUse | None = None
 
     @model_validator(mode="after")
     def _unattributed_matches_counts(self) -> LedgerLine:

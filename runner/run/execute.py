@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import secrets
 import traceback
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -17,14 +19,16 @@ from typing import Protocol
 from rich.console import Console
 from rich.live import Live
 
+from runner.cache.paths import CachePaths
 from runner.cells.cell import CellRunner, RunAborted
 from runner.core.errors import InputError, RunnerError
 from runner.core.files import write_atomic, write_model
-from runner.core.roots import REPO_ROOT
 from runner.freeze.manifest import FreezeManifest
 from runner.freeze.record import guest_transport, load_freeze
 from runner.freeze.reset import reset_lab
+from runner.lab.mirror import running_mirror
 from runner.lab.state import LabPaths, LabState, load_lab_state
+from runner.lab.tasks import upstream_root
 from runner.lab.transport import GuestTransport
 from runner.proxy import CredentialProxy
 from runner.records.ledger import Failure, Ledger, now
@@ -51,6 +55,7 @@ class ExecuteOptions:
     run_dir: Path
     lab: str
     reset: bool = True
+    mirror_withhold: tuple[str, ...] = ()  # FrozenLab.mirror_withhold: for the tests only
 
 
 class Lab(Protocol):
@@ -73,6 +78,11 @@ class Lab(Protocol):
 
     def audit(self, evidence: Path) -> VerifyReport: ...
 
+    def package_mirror(self, resolution_file: Path) -> AbstractContextManager[Path | None]:
+        """The lab's package mirror serving the resolution while the block runs; its log
+        (None: the lab has no mirror)."""
+        ...
+
 
 @dataclass(frozen=True)
 class FrozenLab:
@@ -81,11 +91,14 @@ class FrozenLab:
     name: str
     state: LabState
     manifest: FreezeManifest
+    # Packages the mirror leaves out of the frozen set: a fault for the tests (a verifier that
+    # cannot set up must be verifier_setup, not fail); never set by a run of the lock.
+    mirror_withhold: tuple[str, ...] = ()
 
     @classmethod
-    def load(cls, name: str) -> FrozenLab:
+    def load(cls, name: str, mirror_withhold: tuple[str, ...] = ()) -> FrozenLab:
         manifest, _saved = load_freeze(name)
-        return cls(name, load_lab_state(LabPaths.for_lab(name)), manifest)
+        return cls(name, load_lab_state(LabPaths.for_lab(name)), manifest, mirror_withhold)
 
     @property
     def proxy_port(self) -> int:
@@ -102,6 +115,15 @@ class FrozenLab:
 
     def audit(self, evidence: Path) -> VerifyReport:
         return audit(self.manifest, ssh_host_vars(self.state), evidence)
+
+    @contextmanager
+    def package_mirror(self, resolution_file: Path) -> Iterator[Path | None]:
+        if self.state.mirror_port is None:
+            yield None
+            return
+        log = LabPaths.for_lab(self.name).mirror_log
+        with running_mirror(resolution_file, self.state.mirror_port, log, self.mirror_withhold):
+            yield log
 
 
 def check_identities(run: OpenRun, lab: LabState, manifest: FreezeManifest) -> None:
@@ -169,7 +191,13 @@ def preflight(
 
 
 def run_cells(
-    run: OpenRun, ledger: Ledger, lab: Lab, proxy: CredentialProxy, reset: bool, console: Console
+    run: OpenRun,
+    ledger: Ledger,
+    lab: Lab,
+    proxy: CredentialProxy,
+    reset: bool,
+    console: Console,
+    mirror_log: Path | None = None,
 ) -> None:
     """The pending cells in schedule order; a cell that must stop the run raises RunAborted."""
     with lab.transport().connect(wait_seconds=GUEST_CONNECT_SECONDS) as guest:
@@ -180,6 +208,7 @@ def run_cells(
             proxy=proxy,
             task_root=task_root(run.lock),
             reset_guest=(lambda: lab.reset(guest)) if reset else None,
+            mirror_log=mirror_log,
         )
         progress = RunProgress(
             total=len(run.schedule.cells), deadline_seconds=run.lock.cell_deadline_seconds
@@ -225,11 +254,14 @@ def execute(options: ExecuteOptions, console: Console, lab: Lab | None = None) -
     ledger = Ledger(run.paths)
     stage: Stage = "preflight"
     try:
-        lab = lab or FrozenLab.load(options.lab)
+        lab = lab or FrozenLab.load(options.lab, options.mirror_withhold)
         keys, canary = preflight(run, ledger, lab, options.reset, console)
         stage = "cells"
-        with CredentialProxy(run.paths, port=lab.proxy_port, keys=keys) as proxy:
-            run_cells(run, ledger, lab, proxy, options.reset, console)
+        with (
+            lab.package_mirror(run.paths.resolution) as mirror_log,
+            CredentialProxy(run.paths, port=lab.proxy_port, keys=keys) as proxy,
+        ):
+            run_cells(run, ledger, lab, proxy, options.reset, console, mirror_log)
         stage = "finish"
         finish(run.paths, lab, proxy, canary, options.reset, console)
     except Exception as error:
@@ -264,8 +296,6 @@ def record_abort(paths: RunPaths, stage: Stage, error: Exception) -> RunAborted:
 
 
 def task_root(lock: Lock) -> Path:
-    """Where the lock's tasks are on the host (a ``path`` source is relative to the repository,
-    as the guest deploy reads it)."""
-    if lock.tasks.path is None:
-        raise InputError("git task sources are not supported by execute yet; use a local path")
-    return REPO_ROOT / lock.tasks.path / lock.tasks.subdir
+    """Where the lock's tasks are on the host, as upstream has them (a ``path`` source is
+    relative to the repository; a git source is the commit ``runner resolve`` checked out)."""
+    return upstream_root(lock, CachePaths.default())

@@ -37,6 +37,7 @@ _NPM_NAME = r"^(@[a-z0-9][\w.-]*/)?[a-z0-9][\w.-]*$"
 _NPM = re.compile(r"^npm:(?P<name>(@[a-z0-9][\w.-]*/)?[a-z0-9][\w.-]*)@(?P<version>\d[\w.+-]*)$")
 _GIT = re.compile(r"^git\+(?P<url>(https|ssh|file)://\S+?)#(?P<rev>[0-9a-f]{40})$")
 _FILE = re.compile(r"^file:(?P<path>\S+)$")
+_PINNED_REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][\w.+-]*$")
 
 
 def _check_source(value: str) -> str:
@@ -162,8 +163,42 @@ class Harness(FrozenModel):
     extensions: tuple[PinnedPackage, ...] = ()
 
 
+class VerifierTools(FrozenModel):
+    """``[tasks.verifier]``: what the tasks' own ``tests/test.sh`` installs at verify time, frozen
+    instead. Debian packages are installed in the guest (so its userland, the tasks' local base,
+    has them); uv's binaries go where its installer puts them (``/root/.local/bin``); the
+    wheels are what the verifier's ``uvx -w ...`` asks for, served with their dependencies by the
+    lab's package mirror (runner.lab.mirror). All of them are pinned in the resolution."""
+
+    debs: tuple[Slug, ...] = ()
+    uv: str | None = Field(default=None, pattern=r"^\d+(\.\d+)*$")
+    wheels: tuple[str, ...] = Field(default=(), description="pip requirements, name==version")
+
+    @field_validator("wheels")
+    @classmethod
+    def _pinned_requirements(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for requirement in value:
+            if not _PINNED_REQUIREMENT.match(requirement):
+                raise ValueError(f"'{requirement}' must be NAME==VERSION")
+        _reject_duplicates(value)
+        return value
+
+    @property
+    def requirements(self) -> tuple[str, ...]:
+        """Everything pip resolves for the verifier: uv's wheel and the verifier's wheels."""
+        return (*((f"uv=={self.uv}",) if self.uv else ()), *self.wheels)
+
+
 class TaskSource(FrozenModel):
-    """Terminal-Bench tasks in Harbor's format: a git repository at a commit, or a local dir."""
+    """Terminal-Bench tasks in Harbor's format: a git repository at a commit, or a local dir.
+
+    What the lab changes about an upstream task to run it here is declared here and nowhere
+    else (runner.spec.tasks applies it and lists the changes): ``base_images`` maps a
+    Dockerfile's ``FROM`` name to the lab's image; ``build_from_environment`` drops task.toml's
+    prebuilt ``docker_image`` so the image is built from ``environment/`` for the guest's arch;
+    ``verifier`` freezes what the verifier would install."""
+
+    LATE_FIELDS = frozenset({"build_from_environment", "verifier"})
 
     git: str | None = Field(default=None, pattern=r"^(https|ssh|file)://\S+$")
     commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{40}$")
@@ -171,6 +206,8 @@ class TaskSource(FrozenModel):
     subdir: str = ""
     ids: tuple[Slug, ...] = Field(min_length=1)
     base_images: dict[str, str] = Field(default_factory=dict)
+    build_from_environment: bool = False
+    verifier: VerifierTools | None = None
 
     @field_validator("ids")
     @classmethod
@@ -222,7 +259,7 @@ class Model(FrozenModel):
 # Only what the agent did not cause may be re-run: an environment or verifier that could not
 # start, or a provider that answered nothing but errors. A timeout, a verifier's "no" or a
 # crashed harness is the agent's own result; re-running it would give it a second chance.
-RETRYABLE_CLASSES: tuple[FailureClass, ...] = ("setup_failure", "model_failure")
+RETRYABLE_CLASSES: tuple[FailureClass, ...] = ("setup_failure", "verifier_setup", "model_failure")
 
 
 class Retry(FrozenModel):
@@ -242,7 +279,7 @@ class Retry(FrozenModel):
             if name in known and name not in RETRYABLE_CLASSES:
                 raise ValueError(
                     f"'{name}' is the agent's own result and is never re-run; "
-                    f"only {' and '.join(RETRYABLE_CLASSES)} may be"
+                    f"only {', '.join(RETRYABLE_CLASSES)} may be"
                 )
         _reject_duplicates(tuple(str(name) for name in value))
         return value

@@ -26,7 +26,9 @@ from runner.core.files import read_model
 from runner.core.models import FrozenModel, Sha256, Slug
 from runner.spec.lock import Lock, load_lock
 
-ArtifactKind = Literal["deb", "wheel", "npm", "node-binary", "bun-binary"]
+# "verifier-wheel": a wheel the tasks' verifiers install (lock tasks.verifier), served by the lab's
+# package mirror; "wheel": Harbor's venv in the guest.
+ArtifactKind = Literal["deb", "wheel", "verifier-wheel", "npm", "node-binary", "bun-binary"]
 
 
 class PinnedArtifact(FrozenModel):
@@ -100,6 +102,15 @@ class GitPackage(FrozenModel):
     pins_digest: Sha256 = Field(description="the name -> versions its own lockfile pins")
 
 
+class ResolvedTask(FrozenModel):
+    """A task of a git task source: the commit it was fetched at and its tree's digest
+    (runner.spec.tasks.tree_digest, Terminal-Bench's own), which every later fetch must give."""
+
+    id: Slug
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    tree: Sha256
+
+
 class ResolverTools(FrozenModel):
     """Versions of the host tools that chose the artifacts (a new resolver may choose others)."""
 
@@ -113,6 +124,7 @@ class _FingerprintInputs(BaseModel):
     lock_environment: Sha256
     artifacts: tuple[PinnedArtifact, ...]
     harness_trees: tuple[HarnessTree, ...]
+    tasks: tuple[ResolvedTask, ...] = ()
 
 
 class Resolution(FrozenModel):
@@ -129,6 +141,9 @@ class Resolution(FrozenModel):
     artifacts: tuple[PinnedArtifact, ...]
     harness_trees: tuple[HarnessTree, ...]
     git_packages: tuple[GitPackage, ...] = ()
+    tasks: tuple[ResolvedTask, ...] = ()
+
+    LATE_FIELDS = frozenset({"tasks"})
 
     @model_validator(mode="before")
     @classmethod
@@ -138,7 +153,7 @@ class Resolution(FrozenModel):
             return data
         content = _FingerprintInputs.model_validate(data)
         computed = environment_fingerprint(
-            content.lock_environment, content.artifacts, content.harness_trees
+            content.lock_environment, content.artifacts, content.harness_trees, content.tasks
         )
         stated = data.get("environment_fingerprint", computed)
         if stated != computed:
@@ -178,11 +193,14 @@ def environment_fingerprint(
     lock_environment: str,
     artifacts: tuple[PinnedArtifact, ...],
     harness_trees: tuple[HarnessTree, ...],
+    tasks: tuple[ResolvedTask, ...] = (),
 ) -> str:
     """What the guest is made of: the lock's environment inputs and every resolved artifact
-    (kind, name, version, sha256: Debian packages, wheels, npm tarballs and runtimes alike)
-    and harness lockfile. Where a file was fetched from does not change what is installed."""
-    content = {
+    (kind, name, version, sha256: Debian packages, wheels, npm tarballs and runtimes alike),
+    harness lockfile and git task tree. Where a file was fetched from does not change what is
+    installed. (Tasks enter only when there are some: a resolution from before git task sources
+    keeps its fingerprint.)"""
+    content: dict[str, object] = {
         "lock_environment": lock_environment,
         "artifacts": sorted(
             (artifact.kind, artifact.name, artifact.version, artifact.sha256)
@@ -190,6 +208,8 @@ def environment_fingerprint(
         ),
         "harness_trees": sorted((tree.harness, tree.lockfile) for tree in harness_trees),
     }
+    if tasks:
+        content["tasks"] = sorted((task.id, task.commit, task.tree) for task in tasks)
     return sha256_digest(canonical_json(content))
 
 
@@ -201,6 +221,7 @@ class RecordedContent(BaseModel):
     environment_fingerprint: str = "(none)"
     artifacts: tuple[PinnedArtifact, ...] = ()
     harness_trees: tuple[HarnessTree, ...] = ()
+    tasks: tuple[ResolvedTask, ...] = ()
 
 
 def changes(old: RecordedContent | Resolution | None, new: Resolution) -> list[str]:
@@ -228,6 +249,12 @@ def changes(old: RecordedContent | Resolution | None, new: Resolution) -> list[s
     lines.extend(
         f"removed harness tree {harness}"
         for harness in sorted(old_trees.keys() - {tree.harness for tree in new.harness_trees})
+    )
+    old_tasks = {task.id: task for task in (old.tasks if old else ())}
+    lines.extend(
+        f"task {task.id}: commit {task.commit}, tree {task.tree}"
+        for task in new.tasks
+        if old_tasks.get(task.id) != task
     )
     return lines
 

@@ -3,6 +3,8 @@ audit passes."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,3 +42,8 @@ class FakeLab:
             evidence=str(evidence),
             checks=("fake:guest",),
         )
+
+    @contextmanager
+    def package_mirror(self, resolution_file: Path) -> Iterator[Path | None]:
+        """The fake lab has no package mirror."""
+        yield None

@@ -1,0 +1,307 @@
+"""The lab's package mirror: the frozen set of a resolution, served to the guest, and nothing else.
+
+Task images build and verifiers set up inside the guest's containers, which reach this server at
+``layout.GUEST_MIRROR_ADDRESS`` (a QEMU guestfwd to a host loopback port). It serves
+
+    /debian/            a flat apt repository (``deb [trusted=yes] URL/debian ./``): Packages and
+                        Release made from the resolution's .deb files (``dpkg-deb -f``)
+    /simple/<project>/  a PEP 503 index of the resolution's wheels, with their sha256
+    /files/<wheel>      the wheels
+
+straight from the content-addressed artifact store. Anything else is answered 404. Every request
+is a line of the mirror log (JSON Lines; the cell runner reads the lines of its own cell): what
+was asked, whether it is in the frozen set, and a ``miss`` for a package or project the set does
+not have. apt's optional index files (InRelease, Translation-*, compressed Packages) are
+answered 404 without counting as misses: apt asks for them on every update.
+
+    python -m runner.lab.mirror --resolution FILE --port PORT --log FILE [--withhold NAME]
+
+``--withhold`` serves the set minus the named packages (a fault for the tests: a verifier whose
+dependency is missing must be ``verifier_setup``, not ``fail``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import html
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from pydantic import Field
+
+from runner.cache.paths import CachePaths
+from runner.cache.store import ArtifactStore
+from runner.core.errors import RunnerError
+from runner.core.files import read_model
+from runner.core.models import FrozenModel
+from runner.lab.state import LabPaths, load_lab_state
+from runner.spec.resolution import PinnedArtifact, Resolution
+
+# apt asks for these on every update; the mirror has only Release and Packages.
+_APT_OPTIONAL = re.compile(r"^(InRelease|Release\.gpg|Packages\.\w+|.*Translation-.*|by-hash/.*)$")
+_NORMALIZE = re.compile(r"[-_.]+")
+READY_SECONDS = 30.0
+
+
+class MirrorRequest(FrozenModel):
+    """One line of the mirror log."""
+
+    at: str
+    path: str
+    status: int
+    item: str = Field(description="deb:<file>, pypi:<project>, wheel:<file>, index:<file>, ...")
+    miss: bool = Field(description="a package or project the frozen set does not have")
+
+
+def project_name(name: str) -> str:
+    """PEP 503's normalized project name."""
+    return _NORMALIZE.sub("-", name).lower()
+
+
+@dataclass(frozen=True)
+class FrozenSet:
+    """What the mirror may serve: files by name, the apt index, the simple index."""
+
+    files: dict[str, PinnedArtifact]
+    packages_index: bytes
+    release: bytes
+    projects: dict[str, tuple[PinnedArtifact, ...]]
+
+    @classmethod
+    def of(
+        cls, resolution: Resolution, store: ArtifactStore, withhold: frozenset[str]
+    ) -> FrozenSet:
+        kept = [
+            artifact
+            for artifact in resolution.artifacts
+            if artifact.kind in ("deb", "wheel", "verifier-wheel")
+            and project_name(artifact.name) not in withhold
+        ]
+        debs = [artifact for artifact in kept if artifact.kind == "deb"]
+        packages = _packages_index(debs, store)
+        projects: dict[str, list[PinnedArtifact]] = {}
+        for artifact in kept:
+            if artifact.kind != "deb":
+                projects.setdefault(project_name(artifact.name), []).append(artifact)
+        return cls(
+            files={artifact.filename: artifact for artifact in kept},
+            packages_index=packages,
+            release=_release(packages),
+            projects={name: tuple(items) for name, items in projects.items()},
+        )
+
+
+def _packages_index(debs: list[PinnedArtifact], store: ArtifactStore) -> bytes:
+    stanzas = []
+    for deb in sorted(debs, key=lambda artifact: artifact.filename):
+        control = subprocess.run(
+            ["dpkg-deb", "-f", str(store.blob(deb.sha256))],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        stanzas.append(
+            f"{control}\nFilename: ./{deb.filename}\nSize: {deb.size}\n"
+            f"SHA256: {deb.sha256.removeprefix('sha256:')}\n"
+        )
+    return "\n".join(stanzas).encode()
+
+
+def _release(packages: bytes) -> bytes:
+    digest = hashlib.sha256(packages).hexdigest()
+    return (
+        "Origin: frozen-bench\nLabel: frozen-bench lab mirror\nSuite: frozen\nCodename: frozen\n"
+        f"SHA256:\n {digest} {len(packages)} Packages\n"
+    ).encode()
+
+
+class MirrorLog:
+    """The JSON Lines log; one writer (the server), appended line by line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def write(self, request: MirrorRequest) -> None:
+        line = request.model_dump_json() + "\n"
+        with self._lock, self.path.open("a") as log:
+            log.write(line)
+
+
+def read_requests(path: Path, offset: int) -> tuple[tuple[MirrorRequest, ...], int]:
+    """The log's lines from byte ``offset`` on, and the offset after them."""
+    if not path.is_file():
+        return (), offset
+    with path.open("rb") as log:
+        log.seek(offset)
+        data = log.read()
+    complete = data[: data.rfind(b"\n") + 1]
+    lines = complete.decode().splitlines()
+    return tuple(MirrorRequest.model_validate_json(line) for line in lines), offset + len(complete)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _MirrorServer
+
+    def do_GET(self) -> None:
+        body, item, miss = self.server.answer(self.path.split("?", 1)[0])
+        status = HTTPStatus.OK if body is not None else HTTPStatus.NOT_FOUND
+        self.server.log.write(
+            MirrorRequest(
+                at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+                path=self.path,
+                status=status.value,
+                item=item,
+                miss=miss,
+            )
+        )
+        payload = body if body is not None else b"not in the frozen set\n"
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """The mirror log is the record; no stderr line per request."""
+
+
+class _MirrorServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, port: int, frozen: FrozenSet, store: ArtifactStore, log: MirrorLog) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
+        self.frozen, self.store, self.log = frozen, store, log
+
+    def answer(self, path: str) -> tuple[bytes | None, str, bool]:
+        """The body (None: 404), what was asked, and whether it is a miss."""
+        parts = [part for part in path.split("/") if part not in ("", ".")]
+        if parts[:1] == ["debian"]:
+            return self._debian("/".join(parts[1:]))
+        if parts[:1] == ["simple"]:
+            return self._simple(parts[1:])
+        if parts[:1] == ["files"] and len(parts) == 2:
+            return self._file(parts[1], "wheel")
+        return None, f"other:{path}", True
+
+    def _debian(self, name: str) -> tuple[bytes | None, str, bool]:
+        if name == "Packages":
+            return self.frozen.packages_index, "index:Packages", False
+        if name == "Release":
+            return self.frozen.release, "index:Release", False
+        if _APT_OPTIONAL.match(name):
+            return None, f"index:{name}", False
+        return self._file(name, "deb")
+
+    def _simple(self, parts: list[str]) -> tuple[bytes | None, str, bool]:
+        if not parts:
+            links = "".join(
+                f'<a href="{name}/">{name}</a>\n' for name in sorted(self.frozen.projects)
+            )
+            return (
+                f"<!DOCTYPE html><html><body>\n{links}</body></html>\n".encode(),
+                "index:simple",
+                False,
+            )
+        name = project_name(parts[0])
+        files = self.frozen.projects.get(name)
+        if files is None:
+            return None, f"pypi:{name}", True
+        links = "".join(
+            f'<a href="../../files/{html.escape(f.filename)}#sha256='
+            f'{f.sha256.removeprefix("sha256:")}">{html.escape(f.filename)}</a>\n'
+            for f in files
+        )
+        return (
+            f"<!DOCTYPE html><html><body>\n{links}</body></html>\n".encode(),
+            f"pypi:{name}",
+            False,
+        )
+
+    def _file(self, filename: str, kind: str) -> tuple[bytes | None, str, bool]:
+        artifact = self.frozen.files.get(filename)
+        if artifact is None:
+            return None, f"{kind}:{filename}", True
+        return self.store.blob(artifact.sha256).read_bytes(), f"{kind}:{filename}", False
+
+
+def serve(
+    resolution_file: Path, port: int, log_path: Path, withhold: frozenset[str] = frozenset()
+) -> None:
+    store = ArtifactStore(CachePaths.default())
+    frozen = FrozenSet.of(read_model(resolution_file, Resolution), store, withhold)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with _MirrorServer(port, frozen, store, MirrorLog(log_path)) as server:
+        server.serve_forever()
+
+
+@contextlib.contextmanager
+def running_mirror(
+    resolution_file: Path, port: int, log_path: Path, withhold: tuple[str, ...] = ()
+) -> Iterator[None]:
+    """The mirror in a subprocess while the block runs (it must be up before the guest asks)."""
+    process = start_mirror(resolution_file, port, log_path, withhold)
+    try:
+        yield
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def start_mirror(
+    resolution_file: Path, port: int, log_path: Path, withhold: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
+    """Start the mirror and return once it accepts connections; the caller stops it."""
+    command = [
+        sys.executable, "-m", "runner.lab.mirror", "--resolution", str(resolution_file),
+        "--port", str(port), "--log", str(log_path),
+        *(arg for name in withhold for arg in ("--withhold", name)),
+    ]  # fmt: skip
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + READY_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RunnerError(f"the lab's package mirror exited at start ({process.returncode})")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return process
+        time.sleep(0.2)
+    process.kill()
+    raise RunnerError(f"the lab's package mirror did not listen on 127.0.0.1:{port}")
+
+
+def lab_mirror(lab: str, resolution_file: Path) -> subprocess.Popen[bytes]:
+    """The lab's mirror started on its port (lab.json), logging to the lab's mirror log."""
+    paths = LabPaths.for_lab(lab)
+    state = load_lab_state(paths)
+    if state.mirror_port is None:
+        raise RunnerError(f"lab {lab}: no mirror port in {paths.state}: deploy the lab again")
+    return start_mirror(resolution_file, state.mirror_port, paths.mirror_log)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m runner.lab.mirror")
+    parser.add_argument("--resolution", type=Path, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--log", type=Path, required=True)
+    parser.add_argument("--withhold", action="append", default=[])
+    args = parser.parse_args()
+    try:
+        serve(args.resolution, args.port, args.log, frozenset(map(project_name, args.withhold)))
+    except (RunnerError, OSError) as error:
+        print(f"mirror: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()
