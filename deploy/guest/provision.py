@@ -236,7 +236,7 @@ def _task_bundles(
                 "task.toml",
                 strip_components=1,
             )
-            for derivation, tree in derive_tasks(lock, resolution, paths, Path(work))
+            for derivation, tree in derive_tasks(lock, resolution.tasks, paths, Path(work))
         )
 
 

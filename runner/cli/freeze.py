@@ -33,6 +33,16 @@ def freeze_command(lab: str, lock_path: Path | None) -> None:
     click.echo(f"trees         {len(state.trees)} ({files} files)")
     for task, digest in sorted(state.tasks.items()):
         click.echo(f"task          {task} {digest}")
+    for derivation in frozen.manifest.tasks:
+        status = "derived" if derivation.derived else "as upstream"
+        click.echo(
+            f"task tree     {derivation.id} {status}: {derivation.upstream_tree} -> "
+            f"{derivation.derived_tree}"
+        )
+        for change in derivation.changes:
+            click.echo(f"                {change}")
+    for score in frozen.manifest.oracle:
+        click.echo(f"oracle        {score.task} reward {score.reward:g} ({score.seconds:.0f} s)")
     click.echo(f"venvs         {', '.join(sorted(state.venvs)) or 'none'}")
     click.echo(f"images        {len(state.images)}")
     click.echo(f"listening     {' '.join(s.label for s in state.listening)}")

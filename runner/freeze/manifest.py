@@ -17,6 +17,7 @@ from pydantic import Field, ValidationError, model_validator
 from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.errors import InputError, describe_validation_error
 from runner.core.models import FrozenModel, Sha256, Slug
+from runner.spec.tasks import TaskDerivation
 
 SCHEMA_VERSION: Literal[1] = 1
 SCOPE_RESOURCE = "freeze/scope.toml"
@@ -103,12 +104,27 @@ class GuestState(FrozenModel):
         )
 
 
+class OracleScore(FrozenModel):
+    """A task's reference solution through Harbor's oracle agent at the freeze (runner.freeze.
+    oracle): the freeze happened only because every one scored 1."""
+
+    task: Slug
+    reward: float
+    seconds: float = Field(ge=0)
+
+
 class FreezeManifest(FrozenModel):
+    LATE_FIELDS = frozenset({"tasks", "oracle"})
+
     schema_version: Literal[1] = SCHEMA_VERSION
     lab: Slug
     environment_fingerprint: Sha256
     scope: FreezeScope
     state: GuestState
+    # With the lock given to `runner freeze`: the tasks as the lab runs them (runner.spec.tasks)
+    # and the oracle's score of each.
+    tasks: tuple[TaskDerivation, ...] = ()
+    oracle: tuple[OracleScore, ...] = ()
 
     @property
     def sha256(self) -> str:

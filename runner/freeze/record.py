@@ -18,13 +18,24 @@ from pydantic import ValidationError
 
 from runner.core.errors import InputError, RunnerError, describe_validation_error
 from runner.core.files import read_model, write_model
-from runner.freeze.manifest import Collected, FreezeManifest, FreezeScope, GuestState
+from runner.freeze.manifest import (
+    Collected,
+    FreezeManifest,
+    FreezeScope,
+    GuestState,
+    OracleScore,
+)
+from runner.freeze.oracle import oracle_smoke
 from runner.freeze.paths import FreezePaths
 from runner.lab.layout import GUEST
+from runner.lab.mirror import lab_mirror
 from runner.lab.snapshot import SavedState, save_frozen_state
 from runner.lab.state import LabPaths, LabState, load_lab_state
+from runner.lab.tasks import task_derivations
 from runner.lab.transport import GuestTransport, SshTransport
-from runner.spec.resolution import load_resolved_lock
+from runner.spec.lock import Lock
+from runner.spec.resolution import load_resolution, load_resolved_lock, resolution_path
+from runner.spec.tasks import TaskDerivation
 
 COLLECT_SCRIPT = "guest/collect_state.py"
 ZERO_MEMORY_SCRIPT = "guest/zero_free_memory.py"
@@ -72,26 +83,49 @@ def zero_free_memory(guest: GuestTransport) -> None:
         raise RunnerError(f"zeroing the guest's free memory failed ({result.exit_code}): {last}")
 
 
-def environment_fingerprint_for(lab: LabState, lock_path: Path | None) -> str:
-    """The lab's environment fingerprint; a lock given on the command line must share it."""
-    if lock_path is None:
-        return lab.environment_fingerprint
-    fingerprint = load_resolved_lock(lock_path).environment_fingerprint
-    if fingerprint != lab.environment_fingerprint:
+def lock_for(lab: LabState, lock_path: Path) -> Lock:
+    """The lock given on the command line, which must share the lab's environment."""
+    lock = load_resolved_lock(lock_path)
+    if lock.environment_fingerprint != lab.environment_fingerprint:
         raise InputError(
-            f"{lock_path}: environment {fingerprint} is not the one lab {lab.lab} was deployed "
-            f"for ({lab.environment_fingerprint})"
+            f"{lock_path}: environment {lock.environment_fingerprint} is not the one lab "
+            f"{lab.lab} was deployed for ({lab.environment_fingerprint})"
         )
-    return fingerprint
+    return lock
+
+
+def lab_tasks(lock: Lock, lock_path: Path) -> tuple[TaskDerivation, ...]:
+    """The lock's tasks as the lab runs them (the trees deploy packed for the guest)."""
+    resolution = load_resolution(resolution_path(lock_path, lock), lock, lock_path)
+    return task_derivations(lock, resolution.tasks)
+
+
+def _oracle_scores(
+    lab: LabState, guest: GuestTransport, lock: Lock, lock_path: Path
+) -> tuple[OracleScore, ...]:
+    """Every task's oracle, with the lab's package mirror up for the verifiers."""
+    mirror = lab_mirror(lab.lab, resolution_path(lock_path, lock))
+    try:
+        runs = oracle_smoke(guest, lock.tasks.ids)
+    finally:
+        mirror.terminate()
+        mirror.wait(timeout=10)
+    return tuple(OracleScore(task=r.task, reward=r.reward or 0.0, seconds=r.seconds) for r in runs)
 
 
 ARTIFACTS = GUEST.artifacts_mount
 
 
 def freeze_lab(lab_name: str, scope: FreezeScope, lock_path: Path | None = None) -> Frozen:
+    """Record the guest's state and save it. With ``lock_path``: the lock's tasks as the lab
+    runs them are recorded, and every task's oracle must score 1 first (runner.freeze.oracle)."""
     lab = load_lab_state(LabPaths.for_lab(lab_name))
-    fingerprint = environment_fingerprint_for(lab, lock_path)
+    lock = lock_for(lab, lock_path) if lock_path is not None else None
+    tasks = lab_tasks(lock, lock_path) if lock is not None and lock_path is not None else ()
+    oracle: tuple[OracleScore, ...] = ()
     with guest_transport(lab).connect(GUEST_WAIT_SECONDS) as guest:
+        if lock is not None and lock_path is not None:
+            oracle = _oracle_scores(lab, guest, lock, lock_path)
         # QEMU refuses to save a domain while a virtio-9p export is mounted in it (a migration
         # blocker); provisioning is over, so the artifact share is unmounted before the freeze.
         guest.check(f"! mountpoint -q {ARTIFACTS} || umount {ARTIFACTS}", timeout=60)
@@ -99,9 +133,11 @@ def freeze_lab(lab_name: str, scope: FreezeScope, lock_path: Path | None = None)
         zero_free_memory(guest)
     manifest = FreezeManifest(
         lab=lab.lab,
-        environment_fingerprint=fingerprint,
+        environment_fingerprint=lab.environment_fingerprint,
         scope=scope,
         state=GuestState.of(collected, scope),
+        tasks=tasks,
+        oracle=oracle,
     )
     saved = save_frozen_state(lab, manifest.sha256)
     paths = FreezePaths.for_lab(lab_name)

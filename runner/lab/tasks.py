@@ -6,13 +6,14 @@ derivations; both call this, so both see the same trees.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from runner.cache.paths import CachePaths
 from runner.core.errors import RunnerError
 from runner.core.roots import REPO_ROOT
 from runner.spec.lock import Lock
-from runner.spec.resolution import Resolution
+from runner.spec.resolution import ResolvedTask
 from runner.spec.tasks import TaskDerivation, derive_task
 
 
@@ -31,16 +32,16 @@ def upstream_root(lock: Lock, paths: CachePaths) -> Path:
 
 
 def derive_tasks(
-    lock: Lock, resolution: Resolution, paths: CachePaths, work: Path
+    lock: Lock, recorded: tuple[ResolvedTask, ...], paths: CachePaths, work: Path
 ) -> list[tuple[TaskDerivation, Path]]:
-    """Each task derived into ``work/<id>``; a git task whose tree is not the resolution's fails
-    closed (the cache was changed after ``runner resolve`` checked it)."""
+    """Each task derived into ``work/<id>``; a git task whose tree is not the ``recorded`` one
+    (the resolution's) fails closed: the cache was changed after ``runner resolve`` checked it."""
     root = upstream_root(lock, paths)
-    recorded = {task.id: task.tree for task in resolution.tasks}
+    trees = {task.id: task.tree for task in recorded}
     derived = []
     for task_id in lock.tasks.ids:
         derivation = derive_task(root / task_id, work / task_id, lock.tasks, lock.guest.arch)
-        expected = recorded.get(task_id)
+        expected = trees.get(task_id)
         if lock.tasks.git is not None and derivation.upstream_tree != expected:
             raise RunnerError(
                 f"task {task_id}: the cached tree is {derivation.upstream_tree}, the resolution "
@@ -48,3 +49,12 @@ def derive_tasks(
             )
         derived.append((derivation, work / task_id))
     return derived
+
+
+def task_derivations(lock: Lock, recorded: tuple[ResolvedTask, ...]) -> tuple[TaskDerivation, ...]:
+    """The derivations alone (the trees are made in a temporary directory and dropped)."""
+    paths = CachePaths.default()
+    with tempfile.TemporaryDirectory(prefix="task-derivations-", dir=paths.tmp) as work:
+        return tuple(
+            derivation for derivation, _ in derive_tasks(lock, recorded, paths, Path(work))
+        )

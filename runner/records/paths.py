@@ -4,6 +4,7 @@
     lock.toml             the lock exactly as given (bytes)
     resolution.json       the lock's resolution as it was when the run started (bytes)
     schedule.json         canonical JSON of the schedule; its sha256 is the schedule SHA-256
+    tasks.json            the tasks as the lab runs them: upstream and derived trees, changes
     cells.jsonl           the ledger: one validated line per finished cell, append-only
     attempts/<cell>/      attempt-<n>.json per attempt (started, interrupted, retried): evidence
     attempts/<cell>/attempt-<n>/  a retried attempt's trial tree, proxy record and line.json
@@ -40,6 +41,10 @@ class RunPaths:
     @property
     def schedule(self) -> Path:
         return self.run_dir / "schedule.json"
+
+    @property
+    def tasks(self) -> Path:
+        return self.run_dir / "tasks.json"
 
     @property
     def ledger(self) -> Path:

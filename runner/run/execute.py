@@ -22,23 +22,26 @@ from rich.live import Live
 from runner.cache.paths import CachePaths
 from runner.cells.cell import CellRunner, RunAborted
 from runner.core.errors import InputError, RunnerError
-from runner.core.files import write_atomic, write_model
+from runner.core.files import read_model, write_atomic, write_model
 from runner.freeze.manifest import FreezeManifest
 from runner.freeze.record import guest_transport, load_freeze
 from runner.freeze.reset import reset_lab
 from runner.lab.mirror import running_mirror
 from runner.lab.state import LabPaths, LabState, load_lab_state
-from runner.lab.tasks import upstream_root
+from runner.lab.tasks import task_derivations, upstream_root
 from runner.lab.transport import GuestTransport
 from runner.proxy import CredentialProxy
 from runner.records.ledger import Failure, Ledger, now
 from runner.records.paths import RunPaths
+from runner.records.tasks import RunTasks
 from runner.run.progress import RunProgress
 from runner.run.receipt import Receipt, RunAbort, Stage
 from runner.run.report import write_report
 from runner.run.run_dir import OpenRun, open_run
 from runner.run.scan import SecretKind, new_canary, scan_run
 from runner.spec.lock import Lock
+from runner.spec.resolution import Resolution
+from runner.spec.tasks import TaskDerivation
 from runner.verify.audit import audit, render_drifts, ssh_host_vars
 from runner.verify.report import VerifyReport
 
@@ -78,6 +81,10 @@ class Lab(Protocol):
 
     def audit(self, evidence: Path) -> VerifyReport: ...
 
+    def tasks(self, run: OpenRun) -> tuple[TaskDerivation, ...]:
+        """The run's tasks as the lab runs them."""
+        ...
+
     def package_mirror(self, resolution_file: Path) -> AbstractContextManager[Path | None]:
         """The lab's package mirror serving the resolution while the block runs; its log
         (None: the lab has no mirror)."""
@@ -107,6 +114,17 @@ class FrozenLab:
     def check(self, run: OpenRun) -> None:
         check_identities(run, self.state, self.manifest)
 
+    def tasks(self, run: OpenRun) -> tuple[TaskDerivation, ...]:
+        """Derived here again from the run's resolution; a freeze that recorded its tasks
+        (``runner freeze --lock``) must have recorded these."""
+        derived = run_task_derivations(run)
+        if self.manifest.tasks and self.manifest.tasks != derived:
+            raise InputError(
+                f"lab {self.name} was frozen with other task trees than this run's: run "
+                "`runner freeze` again"
+            )
+        return derived
+
     def transport(self) -> GuestTransport:
         return guest_transport(self.state)
 
@@ -124,6 +142,14 @@ class FrozenLab:
         log = LabPaths.for_lab(self.name).mirror_log
         with running_mirror(resolution_file, self.state.mirror_port, log, self.mirror_withhold):
             yield log
+
+
+def run_task_derivations(run: OpenRun) -> tuple[TaskDerivation, ...]:
+    """The run's tasks as derived from its lock and the resolution recorded in the run."""
+    recorded = (
+        read_model(run.paths.resolution, Resolution).tasks if run.paths.resolution.is_file() else ()
+    )
+    return task_derivations(run.lock, recorded)
 
 
 def check_identities(run: OpenRun, lab: LabState, manifest: FreezeManifest) -> None:
@@ -175,6 +201,7 @@ def preflight(
     if ledger.repair_torn_tail():
         console.print("the ledger's last line was torn by a kill: kept under attempts/")
     lab.check(run)
+    write_model(run.paths.tasks, RunTasks(tasks=lab.tasks(run)))
     keys = take_provider_keys(run.lock)
     if reset:
         lab.reset()

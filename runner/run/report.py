@@ -13,6 +13,7 @@ from runner.records.ledger import Ledger, LedgerLine
 from runner.records.paths import RunPaths
 from runner.records.prompt import PromptFootprint
 from runner.records.schedule import Schedule
+from runner.records.tasks import RunTasks
 from runner.run.document import (
     NOT_RETURNED,
     Align,
@@ -51,6 +52,7 @@ from runner.run.report_plots import save as save_png
 from runner.run.requests import Figure, HarnessRequests
 from runner.run.stats import Estimate, Interval, Methods, Proportion
 from runner.spec.lock import load_lock
+from runner.spec.tasks import TaskDerivation
 from runner.verify.report import VerifyReport
 
 _METRIC_WORDS = {
@@ -124,7 +126,7 @@ def proxy_records(paths: RunPaths, lines: list[LedgerLine]) -> dict[str, ProxyCe
 def write_report(run_dir: Path) -> Receipt:
     paths = RunPaths(run_dir)
     receipt = load_run(paths)
-    blocks = document(receipt, first_requests(paths))
+    blocks = document(receipt, first_requests(paths), run_tasks(paths))
     write_model(paths.receipt, receipt)
     write_atomic(paths.report_md, markdown(blocks).encode())
     plot(receipt, paths.report_png)
@@ -568,13 +570,48 @@ def prompt_overhead(footprints: Mapping[str, Sequence[PromptFootprint]]) -> list
     ]
 
 
+def task_section(tasks: Sequence[TaskDerivation]) -> list[Block]:
+    """Per task: its upstream tree, the tree the lab ran, and every change the lock's rules made
+    (runner.spec.tasks). No section for a run that recorded none."""
+    if not tasks:
+        return []
+    blocks: list[Block] = [
+        Heading(2, ("Tasks as the lab ran them",)),
+        table(
+            [("task", L), ("", L), ("upstream tree", L), ("derived tree", L)],
+            (
+                (
+                    task.id,
+                    "derived" if task.derived else "as upstream",
+                    Code(task.upstream_tree),
+                    Code(task.derived_tree),
+                )
+                for task in tasks
+            ),
+        ),
+    ]
+    for task in tasks:
+        if task.changes:
+            blocks += [Paragraph((Strong(f"{task.id}: derived"),))]
+            blocks += bullets(task.changes)
+    return blocks
+
+
+def run_tasks(paths: RunPaths) -> tuple[TaskDerivation, ...]:
+    return read_model(paths.tasks, RunTasks).tasks if paths.tasks.is_file() else ()
+
+
 def document(
-    receipt: Receipt, footprints: Mapping[str, Sequence[PromptFootprint]] | None = None
+    receipt: Receipt,
+    footprints: Mapping[str, Sequence[PromptFootprint]] | None = None,
+    tasks: Sequence[TaskDerivation] = (),
 ) -> list[Block]:
     """Every section of the report, in order: both renderers format these blocks.
     ``footprints`` are the first requests per harness label (``first_requests``, read from the
-    run's ledger); without them the report has no prompt-overhead section."""
+    run's ledger); without them the report has no prompt-overhead section. ``tasks``: the run's
+    tasks.json (``run_tasks``)."""
     blocks = run_section(receipt)
+    blocks += task_section(tasks)
     for batch in receipt.batches:
         blocks += _batch_section(batch)
     blocks += _failure_class_section(receipt)

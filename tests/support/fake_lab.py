@@ -10,7 +10,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from runner.lab.transport import GuestTransport
+from runner.run.execute import run_task_derivations
 from runner.run.run_dir import OpenRun
+from runner.spec.tasks import TaskDerivation
 from runner.verify.report import VerifyReport
 from tests.support.fake_transport import FakeTransport
 
@@ -42,6 +44,9 @@ class FakeLab:
             evidence=str(evidence),
             checks=("fake:guest",),
         )
+
+    def tasks(self, run: OpenRun) -> tuple[TaskDerivation, ...]:
+        return run_task_derivations(run)
 
     @contextmanager
     def package_mirror(self, resolution_file: Path) -> Iterator[Path | None]:
