@@ -6,7 +6,6 @@ the guest provisioned offline from the host's artifact store.
 Only composes; the steps live in deploy/ and images/. A second run changes nothing.
 """
 
-import atexit
 from pathlib import Path
 
 from pyinfra import host
@@ -17,9 +16,8 @@ from deploy.guest.provision import guest_provisioning, plan_guest
 from deploy.hypervisor import hypervisor_prerequisites
 from deploy.lab import SSH_WAIT_SECONDS, lab_vm, prepare_lab
 from images.store import ImageStore
-from runner.lab.mirror import lab_mirror
 from runner.lab.state import HypervisorPaths, LabPaths
-from runner.spec.resolution import load_resolved_lock, resolution_path
+from runner.spec.resolution import load_resolved_lock
 
 with one_line_errors():
     # With its resolution: the lab is deployed for the resolved environment's fingerprint.
@@ -48,7 +46,4 @@ with one_line_errors():
     # one puts the guest's operations after the hypervisor's.
     lab_guest_answers(name="Lab guest answers SSH", lab=lab, wait_seconds=SSH_WAIT_SECONDS)
     if host.data.get("lab_guest"):
-        plan = plan_guest(lock, Path(host.data.lock))
-        # Task images build from the lab's package mirror: up until pyinfra exits.
-        atexit.register(lab_mirror(lab, resolution_path(Path(host.data.lock), lock)).terminate)
-        guest_provisioning(plan=plan)
+        guest_provisioning(plan=plan_guest(lock, Path(host.data.lock), lab))

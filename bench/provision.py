@@ -190,7 +190,7 @@ def main() -> int:
 
     state = load_lab_state(LabPaths.for_lab(lab))
     lock_path = Path(os.environ.get("LOCK", "locks/demo.toml"))
-    plan = plan_guest(load_lock(REPO_ROOT / lock_path), REPO_ROOT / lock_path)
+    plan = plan_guest(load_lock(REPO_ROOT / lock_path), REPO_ROOT / lock_path, lab)
     with SshTransport(
         state.ssh_host, state.ssh_port, Path(state.private_key), state.ssh_user
     ).connect(60) as guest:

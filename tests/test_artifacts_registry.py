@@ -28,6 +28,10 @@ LOCKS = REPO / "locks"
 PYPI = "https://pypi.org/simple"
 
 
+OPENPI_SOURCE = "git+https://github.com/tt-a1i/openpi.git#4eced51bac70ae484149e2dd4ff88b307ca6548f"
+OPENPI_TARBALL_HEX = "6cabb8c8bf230d2080fb687a973f2840b490d35e794bb16fe9accd0a2ec72645"
+
+
 def _resolve(lock: Lock, cache: Path, *sections: Section) -> Resolved:
     console = Console(quiet=True)
     return asyncio.run(resolve_lock(lock, REPO, CachePaths(cache), console, frozenset(sections)))
@@ -42,12 +46,20 @@ def test_seed_54_fails_closed_naming_each_missing_pin(tmp_path: Path) -> None:
         timeout=300,
     )
     assert result.returncode == 1, result.stderr
-    assert result.stderr.splitlines() == [
-        "runner: error: npm:@oh-my-pi/pi-coding-agent@17.2.12: not on the npm registry; "
-        "nearest: 17.2.15",
-    ]
+    # OpenPI is reached from its git source (packed), and the run fails closed on exactly what
+    # is absent here, one line each: the reference run's task commit and OMP's version.
+    packed, task, omp = result.stderr.splitlines()
+    assert packed == (
+        f"{OPENPI_SOURCE}: packed @tt-a1i/openpi 0.3.0 (sha256:{OPENPI_TARBALL_HEX})"
+    )
+    assert task.startswith(
+        "runner: error: tasks: the remote https://github.com/laude-institute/terminal-bench-2.git "
+        "does not have commit d1f1920f2d817a831f466d0ff363ef795a9a3b00 ("
+    )
+    assert omp == "npm:@oh-my-pi/pi-coding-agent@17.2.12: not on the npm registry; nearest: 17.2.15"
     assert not (LOCKS / "seed-54.resolved.json").exists()
-    assert not (tmp_path / "artifacts" / "sha256").exists()  # nothing fetched
+    # Nothing fetched from a registry: the store holds OpenPI's packed tarball alone.
+    assert [p.name for p in (tmp_path / "artifacts" / "sha256").iterdir()] == [OPENPI_TARBALL_HEX]
 
 
 def _with_harnesses(lock: Lock, *harnesses: Harness) -> Lock:
@@ -160,7 +172,7 @@ def test_debian_packages_beyond_the_image(tmp_path: Path) -> None:
 
 def test_harbor_wheels_for_the_guest_python_and_arch() -> None:
     plan = asyncio.run(
-        plan_wheels("harbor==0.20.0", PYPI, GuestPlatform("aarch64"), glibc_minor=41)
+        plan_wheels(("harbor==0.20.0",), PYPI, GuestPlatform("aarch64"), glibc_minor=41)
     )
     assert plan.unavailable == []
     wheels = {item.name: item.wanted.filename for item in plan.planned}

@@ -27,6 +27,7 @@ ARGUMENT_TYPES: dict[str, Any] = {
     "debs": lambda debs: tuple(guest_ops.DebFile(*deb) for deb in debs),
     "aliases": tuple,
     "wheels": lambda wheels: tuple(tuple(wheel) for wheel in wheels),
+    "mirror": lambda mirror: guest_ops.Mirror(*mirror),
 }
 
 
@@ -97,9 +98,10 @@ def test_provisioning_unpacks_every_bundle_of_the_plan_exactly_once(
     def named(operation: str) -> list[dict[str, Any]]:
         return [kwargs for name, kwargs in calls if name == f"guest.{operation}"]
 
+    assert plan.verifier is not None
     bundles = (
         *plan.runtimes, *plan.container_runtimes, *plan.harness_trees, plan.runner_package,
-        *plan.tasks,
+        *plan.tasks, plan.verifier,
     )  # fmt: skip
     unpacked = Counter(
         Bundle(k["unit"], k["digest"], k["dest"], k["check"], k["strip_components"])

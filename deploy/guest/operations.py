@@ -7,9 +7,12 @@ records the digest it was installed from in /var/lib/bench/units/<unit> as its l
 
 from __future__ import annotations
 
+import atexit
 import shlex
+import subprocess
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from pyinfra.api.command import FunctionCommand, StringCommand
 from pyinfra.api.operation import operation
@@ -18,6 +21,7 @@ from pyinfra.facts.deb import DebPackages
 
 from deploy.guest.facts import ImageLabel, UnitStamp
 from runner.lab.layout import GUEST
+from runner.lab.mirror import lab_mirror
 from runner.lab.state import LabPaths, guest_machine, load_lab_state
 from runner.lab.transport import GuestError
 
@@ -186,21 +190,42 @@ def lab_guest_answers(lab: str, wait_seconds: float) -> Commands:
     yield FunctionCommand(_wait_for_guest, (lab, wait_seconds), {})
 
 
+@dataclass(frozen=True)
+class Mirror:
+    """The lab's package mirror (runner.lab.mirror), started the first time a build needs it
+    and stopped when pyinfra exits."""
+
+    lab: str
+    resolution_file: str
+
+
+_MIRRORS: dict[Mirror, subprocess.Popen[bytes]] = {}
+
+
+def _mirror_serving(mirror: Mirror) -> None:
+    if mirror not in _MIRRORS:
+        _MIRRORS[mirror] = lab_mirror(mirror.lab, Path(mirror.resolution_file))
+        atexit.register(_MIRRORS[mirror].terminate)
+
+
 @operation()
-def task_image(image: str, context: str, digest: str) -> Commands:
+def task_image(image: str, context: str, digest: str, mirror: Mirror) -> Commands:
     """
     A task's container image built from its Dockerfile on the local base images (no pulls),
     labelled with the digest of its inputs. Built here, it is frozen with the guest, and the
     build Harbor runs in every cell finds each of its steps in Podman's layer cache instead of
-    running them again under emulation.
+    running them again under emulation. What a build installs comes from the lab's package
+    mirror (the frozen set only), which serves while pyinfra runs.
 
     + image: the image's name
     + context: the task's environment/ directory in the guest
     + digest: of the task's files and the base image's inputs; a different one rebuilds it
+    + mirror: the lab's package mirror
     """
     if host.get_fact(ImageLabel, image=image, label="bench.inputs") == digest:
         host.noop(f"image {image} already built from {_short(digest)}")
         return
+    yield FunctionCommand(_mirror_serving, (mirror,), {})
     yield (
         f"podman build --quiet --pull=never --layers "
         f"--label {_q(f'bench.inputs={digest}')} -t {_q(image)} {_q(context)}"

@@ -74,19 +74,26 @@ _ARCH_LIBRARIES: dict[str, tuple[str, tuple[str, ...]]] = {
 def _rootfs_tar(arch: str, verifier_root: str | None) -> str:
     libraries, loader = _ARCH_LIBRARIES[arch]
     entries = (*_ROOTFS_ENTRIES, *loader, *_ROOTFS_TAIL)
-    overlay = verifier_root.lstrip("/") if verifier_root else None
-    listing = " ".join(
-        [
-            f"printf '%s\\n' {' '.join(entries)};",
-            "find usr/bin usr/sbin ! -type d \\( -size -3M -o -name 'python3*' -o -name git "
-            "-o -name rg -o -name fdfind \\);",
-            f"find {' '.join((libraries, *_ROOTFS_TREES))} etc/apt/apt.conf.d;",
-            f"find {' '.join(_APT_DIRS)} -type d 2>/dev/null;",
-            *([f"find {overlay} -mindepth 1;"] if overlay else []),
+    listing = [
+        f"printf '%s\\n' {' '.join(entries)};",
+        "find usr/bin usr/sbin ! -type d \\( -size -3M -o -name 'python3*' -o -name git "
+        "-o -name rg -o -name fdfind \\);",
+        f"find {' '.join((libraries, *_ROOTFS_TREES))} etc/apt/apt.conf.d;",
+        f"find {' '.join(_APT_DIRS)} -type d 2>/dev/null;",
+    ]
+    if verifier_root:
+        # tar's file list may change directory (-C): the verifier's tree is laid over the root.
+        overlay = verifier_root.lstrip("/")
+        listing += [
+            f"echo '-C {overlay}';",
+            f"(cd /{overlay} && find . -mindepth 1 | sed 's,^[.]/,,');",
         ]
+    # Each path once (podman import refuses a tar with duplicates): a directory the overlay
+    # shares with the root (etc, root) stays the root's.
+    return (
+        f"cd / && {{ {' '.join(listing)} }} | awk '!seen[$0]++' "
+        "| tar -c --no-recursion --numeric-owner -T -"
     )
-    transform = f" --transform 's,^{overlay}/,,'" if overlay else ""
-    return f"cd / && {{ {listing} }} | tar -c --no-recursion --numeric-owner{transform} -T -"
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,7 @@ class GuestPlan:
     image_inputs: str
     rootfs_tar: str  # the guest's own userland for the local base images
     task_images: tuple[TaskImage, ...]
+    mirror: guest.Mirror  # the lab's package mirror, for the task images' builds
 
 
 def _blob(artifact: PinnedArtifact) -> str:
@@ -141,7 +149,7 @@ def _one(resolution: Resolution, kind: str) -> PinnedArtifact:
     return found[0]
 
 
-def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
+def plan_guest(lock: Lock, lock_path: Path, lab: str) -> GuestPlan:
     """Check the resolution against the store, build the bundles, and say what goes where."""
     paths = CachePaths.default()
     store = ArtifactStore(paths)
@@ -181,6 +189,7 @@ def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
         image_inputs=image_inputs,
         rootfs_tar=_rootfs_tar(lock.guest.arch, verifier.dest if verifier else None),
         task_images=_task_images(lock.tasks.ids, tasks, image_inputs),
+        mirror=guest.Mirror(lab, str(resolution_path(lock_path, lock))),
     )
 
 
@@ -408,4 +417,5 @@ def _images_built(plan: GuestPlan) -> None:
             image=task_image.image,
             context=task_image.context,
             digest=task_image.digest,
+            mirror=plan.mirror,
         )

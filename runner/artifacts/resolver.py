@@ -96,7 +96,8 @@ async def resolve_lock(
         for item in packed.values():
             console.print(
                 f"{item.package.source}: packed {item.record.name} {item.record.version} "
-                f"({item.record.sha256})"
+                f"({item.record.sha256})",
+                soft_wrap=True,
             )
         await _fail_on_problems(
             checks, [*([fetched] if isinstance(fetched, str) else []), *unpacked]
@@ -178,7 +179,7 @@ async def _pack_git_packages(
     )
     failures = [str(result) for result in results if isinstance(result, RunnerError)]
     for result in results:
-        if isinstance(result, BaseException):
+        if isinstance(result, BaseException) and not isinstance(result, RunnerError):
             raise result
     return {item.package.source: item for item in results if isinstance(item, Packed)}, failures
 

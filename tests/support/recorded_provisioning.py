@@ -38,13 +38,15 @@ def example_plan() -> GuestPlan:
         wheels_digest="sha256:w",
         runner_package=Bundle("runner-package", "sha256:r", "/opt/bench/python", "runner/x.py"),
         tasks=tasks,
+        verifier=Bundle("verifier-root", "sha256:v", "/opt/bench/verifier-root", "etc/uv/uv.toml"),
         base_images={"localhost/base:1": ("debian",), "localhost/py:1": ("python", "py")},
         image_inputs="sha256:i",
-        rootfs_tar=provision._rootfs_tar("aarch64"),
+        rootfs_tar=provision._rootfs_tar("aarch64", "/opt/bench/verifier-root"),
         task_images=tuple(
             TaskImage(f"bench-task-{task.unit}", f"{task.dest}/environment", f"sha256:x{task.unit}")
             for task in tasks
         ),
+        mirror=guest_ops.Mirror("vmtest", "/repo/locks/demo.resolved.json"),
     )
 
 
