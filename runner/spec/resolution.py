@@ -26,7 +26,9 @@ from runner.core.files import read_model
 from runner.core.models import FrozenModel, Sha256, Slug
 from runner.spec.lock import Lock, load_lock
 
-ArtifactKind = Literal["deb", "wheel", "npm", "node-binary", "bun-binary"]
+# "oci-image": a registry base image as an OCI archive (runner.artifacts.oci); its name is the
+# repository, its version the manifest digest it is pinned by.
+ArtifactKind = Literal["deb", "wheel", "npm", "node-binary", "bun-binary", "oci-image"]
 
 
 class PinnedArtifact(FrozenModel):
@@ -103,9 +105,14 @@ class GitPackage(FrozenModel):
 class ResolverTools(FrozenModel):
     """Versions of the host tools that chose the artifacts (a new resolver may choose others)."""
 
+    LATE_FIELDS = frozenset({"skopeo"})
+
     apt: str
     npm: str
     pip: str
+    # Only for a lock with registry base images: the tool that pulled them (its layout files are
+    # in the archive whose sha256 is recorded).
+    skopeo: str | None = None
 
 
 class _FingerprintInputs(BaseModel):
