@@ -22,6 +22,7 @@ from runner.cache.paths import CachePaths
 from runner.cache.store import ArtifactStore
 from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.errors import RunnerError
+from runner.core.oci import read_oci_archive
 from runner.core.roots import REPO_ROOT
 from runner.lab.layout import AGENT_USER, ARTIFACTS_MOUNT_TAG, GUEST
 from runner.spec.lock import Lock, TaskSource
@@ -91,6 +92,17 @@ class TaskImage:
 
 
 @dataclass(frozen=True)
+class RegistryBaseImage:
+    """A registry base image the guest loads offline from its OCI archive in the store."""
+
+    reference: str  # registry/repo@sha256:<manifest digest>
+    digest: str  # the manifest digest the lock pins
+    image_id: str  # Podman's ID once loaded: the archive's config digest
+    archive: str  # the archive in the guest
+    names: tuple[str, ...]  # the FROM names tagged to it
+
+
+@dataclass(frozen=True)
 class GuestPlan:
     debs: tuple[guest.DebFile, ...]
     runtimes: tuple[Bundle, ...]  # node, bun: unpacked for the guest itself
@@ -101,7 +113,8 @@ class GuestPlan:
     wheels_digest: str
     runner_package: Bundle
     tasks: tuple[Bundle, ...]
-    base_images: dict[str, tuple[str, ...]]  # image name -> the FROM names tagged to it
+    base_images: dict[str, tuple[str, ...]]  # local image name -> the FROM names tagged to it
+    registry_images: tuple[RegistryBaseImage, ...]
     image_inputs: str
     rootfs_tar: str  # the guest's own userland for the local base images
     task_images: tuple[TaskImage, ...]
@@ -150,6 +163,7 @@ def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
     wheels = tuple((a.filename, _blob(a)) for a in resolution.artifacts if a.kind == "wheel")
     tasks = _task_bundles(lock.tasks, store, paths)
     image_inputs = _image_inputs(lock, resolution)
+    registry_images = _registry_images(lock, resolution, store)
     return GuestPlan(
         debs=tuple(
             guest.DebFile(a.name, a.version, _blob(a))
@@ -165,9 +179,12 @@ def plan_guest(lock: Lock, lock_path: Path) -> GuestPlan:
         runner_package=_runner_package(store),
         tasks=tasks,
         base_images=_base_images(lock),
+        registry_images=registry_images,
         image_inputs=image_inputs,
         rootfs_tar=_rootfs_tar(lock.guest.arch),
-        task_images=_task_images(lock.tasks.ids, tasks, image_inputs),
+        task_images=_task_images(
+            lock.tasks.ids, tasks, image_inputs, tuple(image.digest for image in registry_images)
+        ),
     )
 
 
@@ -238,9 +255,38 @@ def _runner_package(store: ArtifactStore) -> Bundle:
 def _base_images(lock: Lock) -> dict[str, tuple[str, ...]]:
     """Each local base image with the FROM names the tasks' Dockerfiles give it."""
     images: dict[str, list[str]] = {}
-    for from_name, image in lock.tasks.base_images.items():
+    for from_name, image in lock.tasks.local_images.items():
         images.setdefault(image, []).append(from_name)
     return {image: tuple(names) for image, names in images.items()}
+
+
+def _registry_images(
+    lock: Lock, resolution: Resolution, store: ArtifactStore
+) -> tuple[RegistryBaseImage, ...]:
+    """Each registry base image of the lock, from the archive its resolution records."""
+    archives = {
+        (artifact.name, artifact.version): artifact
+        for artifact in resolution.artifacts
+        if artifact.kind == "oci-image"
+    }
+    images = []
+    for image in lock.tasks.registry_images:
+        artifact = archives.get((image.repository, image.digest))
+        if artifact is None:
+            raise RunnerError(
+                f"{image.reference}: not in the resolution: run 'runner resolve --update LOCK'"
+            )
+        loaded = read_oci_archive(store.blob(artifact.sha256))
+        if loaded.manifest_digest != image.digest:
+            raise RunnerError(
+                f"{image.reference}: the stored archive holds manifest {loaded.manifest_digest}"
+            )
+        images.append(
+            RegistryBaseImage(
+                image.reference, image.digest, loaded.image_id, _blob(artifact), image.names
+            )
+        )
+    return tuple(images)
 
 
 def _image_inputs(lock: Lock, resolution: Resolution) -> str:
@@ -257,14 +303,19 @@ def _image_inputs(lock: Lock, resolution: Resolution) -> str:
 
 
 def _task_images(
-    task_ids: tuple[str, ...], tasks: tuple[Bundle, ...], image_inputs: str
+    task_ids: tuple[str, ...],
+    tasks: tuple[Bundle, ...],
+    image_inputs: str,
+    registry_digests: tuple[str, ...] = (),
 ) -> tuple[TaskImage, ...]:
-    """One image per task, rebuilt when its bundle or the base image's inputs change."""
+    """One image per task, rebuilt when its bundle or a base image's inputs change (the local
+    ones' inputs, the registry ones' digests; a lock without registry images keeps the digests
+    its guests' task images were labelled with)."""
     return tuple(
         TaskImage(
             image=GUEST.task_image(task_id),
             context=f"{task.dest}/environment",
-            digest=sha256_digest(canonical_json([task.digest, image_inputs])),
+            digest=sha256_digest(canonical_json([task.digest, image_inputs, *registry_digests])),
         )
         for task_id, task in zip(task_ids, tasks, strict=True)
     )
@@ -368,7 +419,16 @@ def _harbor_installed(plan: GuestPlan) -> None:
 
 
 def _images_built(plan: GuestPlan) -> None:
-    """The local base images from the guest's own userland, then every task's image on them."""
+    """The registry base images loaded from the store and the local ones made from the guest's
+    own userland, then every task's image on them."""
+    for registry in plan.registry_images:
+        guest.registry_image(
+            name=f"Registry base image {registry.reference} (as {', '.join(registry.names)})",
+            archive=registry.archive,
+            digest=registry.digest,
+            image_id=registry.image_id,
+            names=registry.names,
+        )
     for image, aliases in plan.base_images.items():
         guest.base_image(
             name=f"Local base image {image} (as {', '.join(aliases)})",
