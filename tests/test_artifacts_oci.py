@@ -3,8 +3,9 @@
 Debian's docker-registry serves a tiny image pushed to it with skopeo; a lock maps a FROM name to
 ``127.0.0.1:<port>/bench/tiny@sha256:<digest>`` beside a local base image. ``runner resolve
 --update`` (the ``images`` section only: Debian, PyPI and npm are not what this is about) puts
-the OCI archive into the store and records it; ``runner resolve`` on a fresh cache pulls the
-same archive byte for byte; a digest the registry does not have fails closed in one line.
+the OCI archive into the store and records it, and the guest's plan loads it from there;
+``runner resolve`` on a fresh cache pulls the same archive byte for byte; a digest the registry
+does not have fails closed in one line.
 """
 
 from __future__ import annotations
@@ -16,13 +17,17 @@ from pathlib import Path
 
 import pytest
 
+from deploy.guest import provision
+from deploy.guest.provision import RegistryBaseImage
 from runner.artifacts.resolver import Section, UnavailableArtifacts
 from runner.cache.paths import CachePaths
+from runner.cache.store import ArtifactStore
 from runner.cli import main as cli_main
 from runner.cli import resolve as cli_resolve
 from runner.cli.resolve import fetch_resolution, update_resolution
 from runner.core.errors import InputError
 from runner.core.oci import read_oci_archive
+from runner.lab.layout import GUEST
 from runner.spec.lock import load_lock
 from runner.spec.resolution import Resolution, environment_fingerprint
 from tests.support.loopback_registry import LoopbackRegistry, loopback_registry
@@ -73,6 +78,20 @@ def test_a_pinned_image_is_stored_recorded_and_fetched_again_byte_for_byte(
     assert resolution.environment_fingerprint != environment_fingerprint(
         resolution.lock_environment, (), resolution.harness_trees
     )
+
+    # The guest's plan: the registry image loaded from that archive, the local one made.
+    lock = load_lock(lock_path)
+    (planned,) = provision._registry_images(
+        lock, resolution, ArtifactStore(CachePaths(tmp_path / "a"))
+    )
+    assert planned == RegistryBaseImage(
+        f"{repository}@{digest}",
+        digest,
+        stored.image_id,
+        str(GUEST.blob(image.sha256)),
+        ("bench-tiny",),
+    )
+    assert provision._base_images(lock) == {"localhost/base:1": ("bench-base",)}
 
     # A fresh cache: pulled again, the same bytes (the recorded sha256); the record untouched.
     recorded = resolved.read_bytes()
