@@ -11,6 +11,7 @@ apt_packages=(
   mmdebstrap arch-test qemu-user-static binfmt-support e2fsprogs
   openssh-client git sqlite3 tini socat cpio
   ripgrep fd-find
+  skopeo docker-registry
   chromium-headless-shell
   python3-venv python3-dev build-essential
 )
@@ -21,6 +22,12 @@ done
 if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# docker-registry is for the tests, which run their own on 127.0.0.1 only; where an init system
+# started the package's registry (it listens on :5000 on every interface), it is stopped for good.
+if [ -d /run/systemd/system ]; then
+  systemctl disable --now docker-registry.service >/dev/null 2>&1 || true
 fi
 
 # arm64 binaries under emulation (mmdebstrap's second stage runs them).

@@ -49,9 +49,7 @@ def test_seed_54_fails_closed_naming_each_missing_pin(tmp_path: Path) -> None:
     # OpenPI is reached from its git source (packed), and the run fails closed on exactly what
     # is absent here, one line each: the reference run's task commit and OMP's version.
     packed, task, omp = result.stderr.splitlines()
-    assert packed == (
-        f"{OPENPI_SOURCE}: packed @tt-a1i/openpi 0.3.0 (sha256:{OPENPI_TARBALL_HEX})"
-    )
+    assert packed == (f"{OPENPI_SOURCE}: packed @tt-a1i/openpi 0.3.0 (sha256:{OPENPI_TARBALL_HEX})")
     assert task.startswith(
         "runner: error: tasks: the remote https://github.com/laude-institute/terminal-bench-2.git "
         "does not have commit d1f1920f2d817a831f466d0ff363ef795a9a3b00 ("

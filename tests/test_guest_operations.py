@@ -26,6 +26,7 @@ CASES = sorted((Path(__file__).parent / "guest_operations").glob("*.json"))
 ARGUMENT_TYPES: dict[str, Any] = {
     "debs": lambda debs: tuple(guest_ops.DebFile(*deb) for deb in debs),
     "aliases": tuple,
+    "names": tuple,
     "wheels": lambda wheels: tuple(tuple(wheel) for wheel in wheels),
     "mirror": lambda mirror: guest_ops.Mirror(*mirror),
 }
@@ -84,7 +85,8 @@ def test_cases_cover_every_operation_that_reads_a_fact() -> None:
     cases = [json.loads(path.read_text()) for path in CASES]
     reading = _operations_that_read_a_fact()
     assert "lab_guest_answers" not in reading  # asks the lab over SSH, no pyinfra fact
-    assert {"unpacked", "base_image"} <= reading  # the scan sees through the _unit helper too
+    # the scan sees through the _unit helper too
+    assert {"unpacked", "base_image", "registry_image"} <= reading
     assert {case["op"] for case in cases if case.get("commands")} == reading
     assert {case["op"] for case in cases if "noop" in case and not case.get("commands")} == reading
 
@@ -119,6 +121,9 @@ def test_provisioning_unpacks_every_bundle_of_the_plan_exactly_once(
     assert Counter((k["image"], k["aliases"], k["digest"]) for k in named("base_image")) == Counter(
         (image, aliases, plan.image_inputs) for image, aliases in plan.base_images.items()
     )
+    assert [
+        (k["archive"], k["digest"], k["image_id"], k["names"]) for k in named("registry_image")
+    ] == [(r.archive, r.digest, r.image_id, r.names) for r in plan.registry_images]
     assert Counter((k["image"], k["context"], k["digest"]) for k in named("task_image")) == Counter(
         (t.image, t.context, t.digest) for t in plan.task_images
     )
@@ -129,6 +134,8 @@ def test_provisioning_unpacks_every_bundle_of_the_plan_exactly_once(
         order.index(("guest.base_image", image)) < first_task_image for image in plan.base_images
     )
     assert all(order.index(("guest.unpacked", task.unit)) < first_task_image for task in plan.tasks)
+    loaded = [i for i, (name, _) in enumerate(calls) if name == "guest.registry_image"]
+    assert loaded and max(loaded) < first_task_image
 
 
 def test_unit_stamp_fact_reads_the_stamp_only_when_the_install_is_there() -> None:

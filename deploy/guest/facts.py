@@ -39,3 +39,18 @@ class ImageLabel(FactBase[str]):
     @staticmethod
     def default() -> str:
         return ""
+
+
+class ImageDigest(FactBase[str]):
+    """The manifest digest of a local Podman image; "" when the image is absent (or has none)."""
+
+    def command(self, image: str) -> str:
+        template = shlex.quote("{{.Digest}}")
+        return f"podman image inspect --format {template} {shlex.quote(image)} 2>/dev/null; true"
+
+    def process(self, output: list[str]) -> str:
+        return "".join(output).strip()
+
+    @staticmethod
+    def default() -> str:
+        return ""

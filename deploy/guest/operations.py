@@ -19,7 +19,7 @@ from pyinfra.api.operation import operation
 from pyinfra.context import host
 from pyinfra.facts.deb import DebPackages
 
-from deploy.guest.facts import ImageLabel, UnitStamp
+from deploy.guest.facts import ImageDigest, ImageLabel, UnitStamp
 from runner.lab.layout import GUEST
 from runner.lab.mirror import lab_mirror
 from runner.lab.state import LabPaths, guest_machine, load_lab_state
@@ -160,6 +160,32 @@ def base_image(image: str, aliases: tuple[str, ...], digest: str, rootfs_tar: st
     )
     for alias in aliases:
         yield f"podman tag {_q(image)} {_q(alias)}"
+
+
+@operation()
+def registry_image(archive: str, digest: str, image_id: str, names: tuple[str, ...]) -> Commands:
+    """
+    A registry image, pinned by its manifest digest, loaded offline from its OCI archive in the
+    artifact store and tagged with each name a task's Dockerfile uses; then each name must give
+    the pinned digest, or the deploy fails.
+
+    + archive: the OCI archive in the guest (in the 9p share)
+    + digest: the manifest digest the lock pins
+    + image_id: Podman's ID of the image (its config digest), what the names are tagged to
+    + names: the tasks' ``FROM`` names for it
+    """
+    if all(host.get_fact(ImageDigest, image=name) == digest for name in names):
+        host.noop(f"image {', '.join(names)} already loaded at {_short(digest)}")
+        return
+    yield f"podman load --quiet --input {_q(archive)}"
+    for name in names:
+        yield f"podman tag {_q(image_id)} {_q(name)}"
+    for name in names:
+        said = f'{_q(f"{name}: loaded with digest ")}"$found"{_q(f", the lock pins {digest}")}'
+        yield (
+            f"found=$(podman image inspect --format {_q('{{.Digest}}')} {_q(name)}) && "
+            f'test "$found" = {_q(digest)} || {{ echo {said} >&2; exit 1; }}'
+        )
 
 
 def _wait_for_guest(lab: str, wait_seconds: float) -> None:

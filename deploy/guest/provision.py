@@ -27,6 +27,7 @@ from runner.cache.paths import CachePaths
 from runner.cache.store import ArtifactStore
 from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.errors import RunnerError
+from runner.core.oci import read_oci_archive
 from runner.core.roots import REPO_ROOT
 from runner.lab.layout import AGENT_USER, ARTIFACTS_MOUNT_TAG, GUEST, GUEST_MIRROR_URL
 from runner.lab.tasks import derive_tasks
@@ -120,6 +121,17 @@ class TaskImage:
 
 
 @dataclass(frozen=True)
+class RegistryBaseImage:
+    """A registry base image the guest loads offline from its OCI archive in the store."""
+
+    reference: str  # registry/repo@sha256:<manifest digest>
+    digest: str  # the manifest digest the lock pins
+    image_id: str  # Podman's ID once loaded: the archive's config digest
+    archive: str  # the archive in the guest
+    names: tuple[str, ...]  # the FROM names tagged to it
+
+
+@dataclass(frozen=True)
 class GuestPlan:
     debs: tuple[guest.DebFile, ...]
     runtimes: tuple[Bundle, ...]  # node, bun: unpacked for the guest itself
@@ -131,7 +143,8 @@ class GuestPlan:
     runner_package: Bundle
     tasks: tuple[Bundle, ...]
     verifier: Bundle | None  # the verifier's files, laid over the local base image's root
-    base_images: dict[str, tuple[str, ...]]  # image name -> the FROM names tagged to it
+    base_images: dict[str, tuple[str, ...]]  # local image name -> the FROM names tagged to it
+    registry_images: tuple[RegistryBaseImage, ...]
     image_inputs: str
     rootfs_tar: str  # the guest's own userland for the local base images
     task_images: tuple[TaskImage, ...]
@@ -170,6 +183,7 @@ def plan_guest(lock: Lock, lock_path: Path, lab: str) -> GuestPlan:
     tasks = _task_bundles(lock, resolution, store, paths)
     verifier = _verifier_tree(lock, resolution, store)
     image_inputs = _image_inputs(lock, resolution, verifier)
+    registry_images = _registry_images(lock, resolution, store)
     return GuestPlan(
         debs=tuple(
             guest.DebFile(a.name, a.version, _blob(a))
@@ -186,9 +200,12 @@ def plan_guest(lock: Lock, lock_path: Path, lab: str) -> GuestPlan:
         tasks=tasks,
         verifier=verifier,
         base_images=_base_images(lock),
+        registry_images=registry_images,
         image_inputs=image_inputs,
         rootfs_tar=_rootfs_tar(lock.guest.arch, verifier.dest if verifier else None),
-        task_images=_task_images(lock.tasks.ids, tasks, image_inputs),
+        task_images=_task_images(
+            lock.tasks.ids, tasks, image_inputs, tuple(image.digest for image in registry_images)
+        ),
         mirror=guest.Mirror(lab, str(resolution_path(lock_path, lock))),
     )
 
@@ -271,9 +288,38 @@ def _runner_package(store: ArtifactStore) -> Bundle:
 def _base_images(lock: Lock) -> dict[str, tuple[str, ...]]:
     """Each local base image with the FROM names the tasks' Dockerfiles give it."""
     images: dict[str, list[str]] = {}
-    for from_name, image in lock.tasks.base_images.items():
+    for from_name, image in lock.tasks.local_images.items():
         images.setdefault(image, []).append(from_name)
     return {image: tuple(names) for image, names in images.items()}
+
+
+def _registry_images(
+    lock: Lock, resolution: Resolution, store: ArtifactStore
+) -> tuple[RegistryBaseImage, ...]:
+    """Each registry base image of the lock, from the archive its resolution records."""
+    archives = {
+        (artifact.name, artifact.version): artifact
+        for artifact in resolution.artifacts
+        if artifact.kind == "oci-image"
+    }
+    images = []
+    for image in lock.tasks.registry_images:
+        artifact = archives.get((image.repository, image.digest))
+        if artifact is None:
+            raise RunnerError(
+                f"{image.reference}: not in the resolution: run 'runner resolve --update LOCK'"
+            )
+        loaded = read_oci_archive(store.blob(artifact.sha256))
+        if loaded.manifest_digest != image.digest:
+            raise RunnerError(
+                f"{image.reference}: the stored archive holds manifest {loaded.manifest_digest}"
+            )
+        images.append(
+            RegistryBaseImage(
+                image.reference, image.digest, loaded.image_id, _blob(artifact), image.names
+            )
+        )
+    return tuple(images)
 
 
 def _image_inputs(lock: Lock, resolution: Resolution, verifier: Bundle | None) -> str:
@@ -289,14 +335,19 @@ def _image_inputs(lock: Lock, resolution: Resolution, verifier: Bundle | None) -
 
 
 def _task_images(
-    task_ids: tuple[str, ...], tasks: tuple[Bundle, ...], image_inputs: str
+    task_ids: tuple[str, ...],
+    tasks: tuple[Bundle, ...],
+    image_inputs: str,
+    registry_digests: tuple[str, ...] = (),
 ) -> tuple[TaskImage, ...]:
-    """One image per task, rebuilt when its bundle or the base image's inputs change."""
+    """One image per task, rebuilt when its bundle or a base image's inputs change (the local
+    ones' inputs, the registry ones' digests; a lock without registry images keeps the digests
+    its guests' task images were labelled with)."""
     return tuple(
         TaskImage(
             image=GUEST.task_image(task_id),
             context=f"{task.dest}/environment",
-            digest=sha256_digest(canonical_json([task.digest, image_inputs])),
+            digest=sha256_digest(canonical_json([task.digest, image_inputs, *registry_digests])),
         )
         for task_id, task in zip(task_ids, tasks, strict=True)
     )
@@ -402,7 +453,16 @@ def _harbor_installed(plan: GuestPlan) -> None:
 
 
 def _images_built(plan: GuestPlan) -> None:
-    """The local base images from the guest's own userland, then every task's image on them."""
+    """The registry base images loaded from the store and the local ones made from the guest's
+    own userland, then every task's image on them."""
+    for registry in plan.registry_images:
+        guest.registry_image(
+            name=f"Registry base image {registry.reference} (as {', '.join(registry.names)})",
+            archive=registry.archive,
+            digest=registry.digest,
+            image_id=registry.image_id,
+            names=registry.names,
+        )
     for image, aliases in plan.base_images.items():
         guest.base_image(
             name=f"Local base image {image} (as {', '.join(aliases)})",

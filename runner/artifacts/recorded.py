@@ -2,7 +2,9 @@
 
 Every artifact is fetched from its recorded URL and must have its recorded sha256 and size; a
 pinned ``file:`` tarball must still have its recorded digest; a ``git+`` package is fetched at
-its commit and packed again, and the tarball must be the recorded one byte for byte; each
+its commit and packed again, and the tarball must be the recorded one byte for byte; a registry
+image missing from the store is pulled by its digest and packed again, and must likewise be the
+recorded archive byte for byte (runner.artifacts.oci says why it can be); each
 harness tree's lockfile comes from the file committed beside the resolution and must have its
 recorded digest; a git task source is fetched at its commit and each task's tree must have its
 recorded digest. Any difference
@@ -15,12 +17,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from runner.artifacts.fetch import FetchReport, Wanted, fetch_all
+from runner.artifacts.fetch import Fetched, FetchReport, Wanted, fetch_all
 from runner.artifacts.git import pack_git
+from runner.artifacts.oci import fetch_recorded_image
 from runner.artifacts.tasks import check_recorded, fetch_tasks
 from runner.cache.store import ArtifactStore
 from runner.core.errors import RunnerError
 from runner.spec.lock import PinnedPackage, TaskSource
+from runner.spec.platform import GuestPlatform
 from runner.spec.resolution import GitPackage, PinnedArtifact, Resolution, lockfile_path
 
 _RECORD = "the resolution"
@@ -44,11 +48,23 @@ async def fetch_recorded(
             if not tarball.is_file():
                 raise RunnerError(f"{_name(artifact)}: no such file {tarball}")
             _check_digest(artifact, store.add_file(tarball))
+    images = [artifact for artifact in resolution.artifacts if artifact.kind == "oci-image"]
+    downloads = [artifact for artifact in resolution.artifacts if artifact.kind != "oci-image"]
     wanted = [
         Wanted(artifact.url, artifact.filename, sha256=artifact.sha256, stated_by=_RECORD)
-        for artifact in resolution.artifacts
+        for artifact in downloads
     ]
     report = await fetch_all(store, wanted, console)
+    platform = GuestPlatform(resolution.arch)
+    for image in images:
+        # Its sha256 is the recorded one either way (checked), so its size is the recorded size.
+        report.fetched[image.url] = Fetched(image.sha256, image.size)
+        if await fetch_recorded_image(image, platform, store, resolution.tools.skopeo):
+            report.downloaded_files += 1
+            report.downloaded_bytes += image.size
+        else:
+            report.cached_files += 1
+            report.cached_bytes += image.size
     for artifact in resolution.artifacts:
         fetched = report.fetched[artifact.url]
         _check_digest(artifact, fetched.digest)

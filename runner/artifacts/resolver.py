@@ -16,7 +16,7 @@ from typing import Any, Literal
 from rich.console import Console
 
 from runner.artifacts.debian import plan_debs
-from runner.artifacts.fetch import FetchReport, fetch_all
+from runner.artifacts.fetch import Fetched, FetchReport, fetch_all
 from runner.artifacts.git import Packed, pack_git
 from runner.artifacts.http import new_session
 from runner.artifacts.npm import (
@@ -28,6 +28,7 @@ from runner.artifacts.npm import (
     plan_tree,
     tree_pin_problems,
 )
+from runner.artifacts.oci import image_problems, pull_image, skopeo_version
 from runner.artifacts.plan import Plan, Planned
 from runner.artifacts.tasks import fetch_tasks
 from runner.artifacts.tools import PIP, run_tool, tool_version
@@ -47,8 +48,10 @@ from runner.spec.resolution import (
     environment_fingerprint,
 )
 
-Section = Literal["debs", "wheels", "tools", "harnesses", "tasks"]
-ALL_SECTIONS: frozenset[Section] = frozenset(("debs", "wheels", "tools", "harnesses", "tasks"))
+Section = Literal["debs", "wheels", "tools", "harnesses", "tasks", "images"]
+ALL_SECTIONS: frozenset[Section] = frozenset(
+    ("debs", "wheels", "tools", "harnesses", "tasks", "images")
+)
 
 
 class UnavailableArtifacts(RunnerError):
@@ -80,6 +83,7 @@ async def resolve_lock(
     platform = GuestPlatform(lock.guest.arch)
     store = ArtifactStore(paths)
     trees = _npm_trees(lock, sections)
+    images = lock.tasks.registry_images if "images" in sections else ()
     async with new_session() as session:
         npm_registry = await run_tool(["npm", "config", "get", "registry"], "npm config")
         registry = NpmRegistry(session, npm_registry.strip())
@@ -89,6 +93,7 @@ async def resolve_lock(
             checks.append(node_pin_problem(lock.tools.node, registry, platform))
         if "wheels" in sections:
             checks.append(harbor_pin_problem(session, lock.tools.harbor, lock.tools.python_index))
+        checks.append(image_problems(images, platform))
         # The git sources too (tasks, git harness packages): each absent commit is one line,
         # beside the registries' lines.
         fetched = await _fetched_tasks(lock, paths, sections)
@@ -116,7 +121,14 @@ async def resolve_lock(
     # A package in several trees is one file: fetch it once.
     wanted = {planned.wanted.url: planned.wanted for planned in plan.planned}
     report = await fetch_all(store, list(wanted.values()), console)
-    artifacts = _artifacts(plan.planned, report)
+    pulled = await asyncio.gather(*(pull_image(image, platform, store) for image in images))
+    for image in pulled:
+        report.fetched[image.url] = Fetched(image.sha256, image.size)
+        report.downloaded_files += 1
+        report.downloaded_bytes += image.size
+    artifacts = tuple(
+        sorted((*_artifacts(plan.planned, report), *pulled), key=lambda item: item.sort_key)
+    )
     harness_trees = _stored_trees(plan, store)
     resolution = Resolution(
         lock_name=lock.name,
@@ -126,7 +138,7 @@ async def resolve_lock(
         ),
         arch=lock.guest.arch,
         suite=lock.guest.suite,
-        tools=await _resolver_tools(),
+        tools=await _resolver_tools(with_skopeo=bool(images)),
         artifacts=artifacts,
         harness_trees=harness_trees,
         git_packages=tuple(sorted((item.record for item in packed.values()), key=_by_source)),
@@ -242,11 +254,13 @@ def _artifacts(planned: list[Planned], report: FetchReport) -> tuple[PinnedArtif
     return tuple(sorted(by_url.values(), key=lambda artifact: artifact.sort_key))
 
 
-async def _resolver_tools() -> ResolverTools:
+async def _resolver_tools(with_skopeo: bool) -> ResolverTools:
     apt, npm, pip = await asyncio.gather(
         tool_version(["apt-get", "--version"], "apt-get --version"),
         tool_version(["npm", "--version"], "npm --version"),
         tool_version([*PIP, "--version"], "pip --version"),
     )
     # "pip 26.3 from /path/to/site-packages (python 3.11)": the path differs between machines.
-    return ResolverTools(apt=apt, npm=npm, pip=" ".join(pip.split()[:2]))
+    # skopeo only for a lock that has registry images: the others' records stay as they were.
+    skopeo = await skopeo_version() if with_skopeo else None
+    return ResolverTools(apt=apt, npm=npm, pip=" ".join(pip.split()[:2]), skopeo=skopeo)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -38,6 +39,13 @@ _NPM = re.compile(r"^npm:(?P<name>(@[a-z0-9][\w.-]*/)?[a-z0-9][\w.-]*)@(?P<versi
 _GIT = re.compile(r"^git\+(?P<url>(https|ssh|file)://\S+?)#(?P<rev>[0-9a-f]{40})$")
 _FILE = re.compile(r"^file:(?P<path>\S+)$")
 _PINNED_REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][\w.+-]*$")
+# A base image from a registry, pinned by its manifest digest: "registry/repo@sha256:<64 hex>".
+# The registry is named (a host with a dot or a port, or localhost): no default registry is
+# guessed, so the same lock means the same image on every machine.
+_REGISTRY_IMAGE = re.compile(
+    r"^(?P<repository>(?P<registry>[a-z0-9-]+(\.[a-z0-9-]+)*(:\d+)?)(/[a-z0-9]+([._-][a-z0-9]+)*)+)"
+    r"@(?P<digest>sha256:[0-9a-f]{64})$"
+)
 
 
 def _check_source(value: str) -> str:
@@ -189,6 +197,40 @@ class VerifierTools(FrozenModel):
         return (*((f"uv=={self.uv}",) if self.uv else ()), *self.wheels)
 
 
+@dataclass(frozen=True)
+class RegistryImage:
+    """A base image pulled from a registry by its manifest digest, and the FROM names it has."""
+
+    repository: str  # registry/repo, without the digest
+    digest: str  # the manifest's "sha256:<64 hex>"
+    names: tuple[str, ...]
+
+    @property
+    def reference(self) -> str:
+        return f"{self.repository}@{self.digest}"
+
+
+def registry_image(value: str) -> tuple[str, str] | None:
+    """(repository, digest) of a ``registry/repo@sha256:<hex>`` value; None for a local name."""
+    found = _REGISTRY_IMAGE.match(value)
+    if found is None:
+        return None
+    registry = found["registry"]
+    if "." not in registry and ":" not in registry and registry != "localhost":
+        return None
+    return found["repository"], found["digest"]
+
+
+def _check_base_images(value: dict[str, str]) -> dict[str, str]:
+    for from_name, image in value.items():
+        if "@" in image and registry_image(image) is None:
+            raise ValueError(
+                f"{from_name} = {image!r}: a registry image must be "
+                "'REGISTRY/REPO@sha256:<64 hex>' (REGISTRY with a dot or a port, or localhost)"
+            )
+    return value
+
+
 class TaskSource(FrozenModel):
     """Terminal-Bench tasks in Harbor's format: a git repository at a commit, or a local dir.
 
@@ -205,9 +247,33 @@ class TaskSource(FrozenModel):
     path: str | None = None
     subdir: str = ""
     ids: tuple[Slug, ...] = Field(min_length=1)
-    base_images: dict[str, str] = Field(default_factory=dict)
+    # FROM name -> a local image the guest makes itself ("localhost/base:1"), or a registry
+    # image pinned by its manifest digest (RegistryImage), pulled at resolve and loaded offline.
+    base_images: Annotated[dict[str, str], AfterValidator(_check_base_images)] = Field(
+        default_factory=dict
+    )
     build_from_environment: bool = False
     verifier: VerifierTools | None = None
+
+    @property
+    def registry_images(self) -> tuple[RegistryImage, ...]:
+        """The registry base images, each with every FROM name mapped to it, by reference."""
+        names: dict[tuple[str, str], list[str]] = {}
+        for from_name, image in self.base_images.items():
+            pinned = registry_image(image)
+            if pinned is not None:
+                names.setdefault(pinned, []).append(from_name)
+        return tuple(
+            RegistryImage(repository, digest, tuple(found))
+            for (repository, digest), found in sorted(names.items())
+        )
+
+    @property
+    def local_images(self) -> dict[str, str]:
+        """FROM name -> local image: the base images the guest makes itself."""
+        return {
+            name: image for name, image in self.base_images.items() if registry_image(image) is None
+        }
 
     @field_validator("ids")
     @classmethod

@@ -27,8 +27,11 @@ from runner.core.models import FrozenModel, Sha256, Slug
 from runner.spec.lock import Lock, load_lock
 
 # "verifier-wheel": a wheel the tasks' verifiers install (lock tasks.verifier), served by the lab's
-# package mirror; "wheel": Harbor's venv in the guest.
-ArtifactKind = Literal["deb", "wheel", "verifier-wheel", "npm", "node-binary", "bun-binary"]
+# package mirror; "wheel": Harbor's venv in the guest. "oci-image": a registry base image as an
+# OCI archive (runner.artifacts.oci); its name is the repository, its version the manifest digest.
+ArtifactKind = Literal[
+    "deb", "wheel", "verifier-wheel", "npm", "node-binary", "bun-binary", "oci-image"
+]
 
 
 class PinnedArtifact(FrozenModel):
@@ -114,9 +117,14 @@ class ResolvedTask(FrozenModel):
 class ResolverTools(FrozenModel):
     """Versions of the host tools that chose the artifacts (a new resolver may choose others)."""
 
+    LATE_FIELDS = frozenset({"skopeo"})
+
     apt: str
     npm: str
     pip: str
+    # Only for a lock with registry base images: the tool that pulled them (its layout files are
+    # in the archive whose sha256 is recorded).
+    skopeo: str | None = None
 
 
 class _FingerprintInputs(BaseModel):

@@ -9,13 +9,14 @@ import pytest
 
 from deploy.guest import operations as guest_ops
 from deploy.guest import provision
-from deploy.guest.provision import Bundle, GuestPlan, TaskImage
+from deploy.guest.provision import Bundle, GuestPlan, RegistryBaseImage, TaskImage
 
 Calls = list[tuple[str, dict[str, Any]]]
 
 
 def example_plan() -> GuestPlan:
-    """A guest plan of two tasks, two harnesses and two base images; every digest distinct."""
+    """A guest plan of two tasks, two harnesses, two local base images and a registry one; every
+    digest distinct."""
     tasks = tuple(
         Bundle(f"task-{t}", f"sha256:t{t}", f"/opt/bench/tasks/{t}", "task.toml", 1) for t in "ab"
     )
@@ -40,6 +41,15 @@ def example_plan() -> GuestPlan:
         tasks=tasks,
         verifier=Bundle("verifier-root", "sha256:v", "/opt/bench/verifier-root", "etc/uv/uv.toml"),
         base_images={"localhost/base:1": ("debian",), "localhost/py:1": ("python", "py")},
+        registry_images=(
+            RegistryBaseImage(
+                f"127.0.0.1:5000/bench/tiny@sha256:{'1' * 64}",
+                f"sha256:{'1' * 64}",
+                "c" * 64,
+                "/srv/artifacts/sha256/o",
+                ("tiny", "tiny-too"),
+            ),
+        ),
         image_inputs="sha256:i",
         rootfs_tar=provision._rootfs_tar("aarch64", "/opt/bench/verifier-root"),
         task_images=tuple(
