@@ -53,7 +53,7 @@ FSTAB_OPTIONS = ",".join((*MOUNT_OPTIONS, "nofail"))
 # are laid over the root (uv in /root/.local/bin, the mirror as apt's and uv's only source).
 _ROOTFS_TREES = (
     "usr/lib/python3.13", "usr/lib/git-core", "usr/share/git-core", "etc/alternatives",
-    "usr/lib/apt", "usr/lib/dpkg", "etc/dpkg", "var/lib/dpkg",
+    "usr/lib/apt", "usr/lib/dpkg", "usr/share/dpkg", "etc/dpkg", "var/lib/dpkg",
 )  # fmt: skip
 _ROOTFS_ENTRIES = ("bin", "lib", "sbin", "usr", "usr/bin", "usr/sbin", "usr/lib", "usr/share")
 _ROOTFS_TAIL = (

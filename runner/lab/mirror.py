@@ -53,12 +53,15 @@ from runner.spec.resolution import PinnedArtifact, Resolution
 _APT_OPTIONAL = re.compile(r"^(InRelease|Release\.gpg|Packages\.\w+|.*Translation-.*|by-hash/.*)$")
 _NORMALIZE = re.compile(r"[-_.]+")
 READY_SECONDS = 30.0
+RELEASE_DATE = "Thu, 01 Jan 1970 00:00:00 UTC"
+_CONTENT_TYPES = {"index:simple": "text/html", "pypi": "text/html", "index": "text/plain"}
 
 
 class MirrorRequest(FrozenModel):
     """One line of the mirror log."""
 
     at: str
+    method: str
     path: str
     status: int
     item: str = Field(description="deb:<file>, pypi:<project>, wheel:<file>, index:<file>, ...")
@@ -121,9 +124,10 @@ def _packages_index(debs: list[PinnedArtifact], store: ArtifactStore) -> bytes:
 
 def _release(packages: bytes) -> bytes:
     digest = hashlib.sha256(packages).hexdigest()
+    # apt wants a Date; the index's own is fixed, so the same set gives the same bytes.
     return (
         "Origin: frozen-bench\nLabel: frozen-bench lab mirror\nSuite: frozen\nCodename: frozen\n"
-        f"SHA256:\n {digest} {len(packages)} Packages\n"
+        f"Date: {RELEASE_DATE}\nSHA256:\n {digest} {len(packages)} Packages\n"
     ).encode()
 
 
@@ -156,11 +160,19 @@ class _Handler(BaseHTTPRequestHandler):
     server: _MirrorServer
 
     def do_GET(self) -> None:
+        self._answer(send_body=True)
+
+    def do_HEAD(self) -> None:
+        """uv asks before it downloads a wheel (whether ranges are served: they are not)."""
+        self._answer(send_body=False)
+
+    def _answer(self, send_body: bool) -> None:
         body, item, miss = self.server.answer(self.path.split("?", 1)[0])
         status = HTTPStatus.OK if body is not None else HTTPStatus.NOT_FOUND
         self.server.log.write(
             MirrorRequest(
                 at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+                method=self.command,
                 path=self.path,
                 status=status.value,
                 item=item,
@@ -168,10 +180,13 @@ class _Handler(BaseHTTPRequestHandler):
             )
         )
         payload = body if body is not None else b"not in the frozen set\n"
+        kind = item if item in _CONTENT_TYPES else item.split(":", 1)[0]
         self.send_response(status)
+        self.send_header("Content-Type", _CONTENT_TYPES.get(kind, "application/octet-stream"))
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
-        self.wfile.write(payload)
+        if send_body:
+            self.wfile.write(payload)
 
     def log_message(self, format: str, *args: object) -> None:
         """The mirror log is the record; no stderr line per request."""
