@@ -23,8 +23,7 @@ _SETUP_FAILED = re.compile(
     r"^(/tests/test\.sh: line \d+: .*(command not found|No such file or directory)"
     r"|\s*(error|\u00d7) (No solution found|Failed to (fetch|download|resolve))"  # uv's cross mark
     r"|\s*Because .* (was not found in the package registry|has no versions)"
-    r"|E: (Unable to locate package|Package .* has no installation candidate).*)",
-    re.MULTILINE,
+    r"|E: (Unable to locate package|Package .* has no installation candidate))"
 )
 _OUTPUT_FILES = ("test-stdout.txt", "test-stderr.txt")
 
@@ -41,9 +40,9 @@ def verifier_setup_problem(
         return f"the lab's mirror does not have {', '.join(misses)}"
     for name in _OUTPUT_FILES:
         for output in sorted(trial_root.rglob(f"verifier/{name}")):
-            found = _SETUP_FAILED.search(output.read_text(errors="replace"))
-            if found is not None:
-                return f"verifier output: {found.group(0).strip()[:200]}"
+            for line in output.read_text(errors="replace").splitlines():
+                if _SETUP_FAILED.match(line):
+                    return f"verifier output: {line.strip()[:200]}"
     return None
 
 

@@ -34,7 +34,11 @@ def proxy(paths: RunPaths) -> Iterator[CredentialProxy]:
 
 
 def runner_for(
-    lock: Lock, paths: RunPaths, proxy: CredentialProxy, guest: GuestTransport
+    lock: Lock,
+    paths: RunPaths,
+    proxy: CredentialProxy,
+    guest: GuestTransport,
+    mirror_log: Path | None = None,
 ) -> CellRunner:
     """A cell runner on the repository's tasks with no reset between cells (a fake guest)."""
     return CellRunner(
@@ -44,4 +48,5 @@ def runner_for(
         proxy=proxy,
         task_root=REPO_ROOT / "tasks",
         reset_guest=None,
+        mirror_log=mirror_log,
     )
