@@ -35,6 +35,8 @@ GUEST_PYTHON = "3.13"
 # which the lab's guestfwd relays to the proxy's host loopback port (no traffic leaves loopback).
 GUEST_PROXY_ADDRESS = "10.0.2.100:8080"
 GUEST_PROXY_URL = f"http://{GUEST_PROXY_ADDRESS}"
+# The host's package mirror as the guest reaches it: another guestfwd address (its own relay).
+GUEST_MIRROR_ADDRESS = "10.0.2.101:80"
 
 
 class GuestLayout:
