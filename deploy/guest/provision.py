@@ -23,6 +23,7 @@ from runner.cache.store import ArtifactStore
 from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.errors import RunnerError
 from runner.core.roots import REPO_ROOT
+from runner.lab import egress
 from runner.lab.layout import AGENT_USER, ARTIFACTS_MOUNT_TAG, GUEST
 from runner.spec.lock import Lock, TaskSource
 from runner.spec.resolution import PinnedArtifact, Resolution, load_resolution, resolution_path
@@ -288,6 +289,7 @@ def guest_provisioning(plan: GuestPlan) -> None:
     # before its operations' names, and the idempotence checks compare those names.
     _artifact_store_mounted()
     guest.debs_installed(name="Debian packages of the resolution", debs=plan.debs)
+    _egress_refused_and_recorded()
     _podman_served()
     server.user(
         name=f"Unprivileged agent user {AGENT_USER}",
@@ -322,6 +324,48 @@ def _artifact_store_mounted() -> None:
         device=ARTIFACTS_MOUNT_TAG,
         fs_type="9p",
         options=list(MOUNT_OPTIONS),
+    )
+
+
+def _egress_refused_and_recorded() -> None:
+    """The egress firewall (runner/lab/egress.py), loaded now and at every boot, and the
+    resolvers it refuses and records, for the guest and for Podman's task containers."""
+    ruleset = files.put(
+        name="Egress firewall ruleset (nftables)",
+        src=io.StringIO(egress.ruleset()),
+        dest=egress.RULESET_PATH,
+        mode="755",
+    )
+    systemd.service(
+        name="Egress firewall loaded at every boot (nftables.service)",
+        service="nftables.service",
+        running=True,
+        enabled=True,
+    )
+    # Reload, never restart: the unit's stop is `nft flush ruleset`, which would also remove
+    # Podman's (netavark's) table; its reload loads the file, which replaces this table only.
+    systemd.service(
+        name="Egress firewall reloaded (ruleset changed)",
+        service="nftables.service",
+        reloaded=True,
+        _if=ruleset.did_change,
+    )
+    files.put(
+        name="The guest's resolver: a loopback sink the firewall records",
+        src=io.StringIO(egress.RESOLV_CONF),
+        dest="/etc/resolv.conf",
+    )
+    dns = files.put(
+        name="Task containers' resolver: a sink the firewall records",
+        src=io.StringIO(egress.CONTAINERS_DNS_CONF),
+        dest="/etc/containers/containers.conf.d/60-bench-dns.conf",
+    )
+    # As in _podman_served: a running API service keeps the containers.conf it started with.
+    systemd.service(
+        name="Podman's API service restarted on its next connection (DNS config changed)",
+        service="podman.service",
+        running=False,
+        _if=dns.did_change,
     )
 
 
