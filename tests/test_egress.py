@@ -1,5 +1,6 @@
 """The guest's egress firewall (runner/lab/egress.py) without a guest: its ruleset, the parsing
-of what nft lists, and the ledger line a cell gets from it (a FakeTransport for the guest).
+of what nft lists, the ledger line a cell gets from it (a FakeTransport for the guest), and the
+report's section.
 
 The listings in tests/fixtures/egress/ are nft 1.1.3's own output (Debian trixie's nftables, the
 version in the guest's image) with this ruleset loaded, captured by capture.sh there in network
@@ -10,6 +11,7 @@ one right after loading (nothing refused), one after refused attempts from both.
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -21,6 +23,8 @@ from runner.lab.transport import ExecResult
 from runner.records.ledger import Ledger, LedgerLine
 from runner.records.paths import RunPaths
 from runner.records.schedule import Cell, build_schedule
+from runner.run.egress_summary import CellEgress, egress_section, refused_egress, summed
+from runner.run.report import markdown
 from runner.spec.lock import Lock, load_lock
 from tests.support.cell_fixtures import runner_for
 from tests.support.fake_transport import (
@@ -199,3 +203,33 @@ def test_a_ledger_line_from_before_the_field_keeps_its_bytes(lock, cell, paths, 
     line = LedgerLine.model_validate_json(raw)
     assert line.egress_refused is None
     assert line.model_dump_json(by_alias=True) == raw
+
+
+# --- the report -----------------------------------------------------------------------------------
+
+
+def test_the_report_shows_each_harness_refused_egress_and_the_cells_that_had_any(
+    lock, cell, paths, proxy, tmp_path
+):
+    run_cell(lock, cell, paths, proxy, tmp_path, guest_reporting(REFUSED))
+    shutil.copyfile(REPO_ROOT / "locks" / "demo.toml", paths.lock)
+    found = refused_egress(paths)
+    label = next(h.label for h in lock.harnesses if h.id == cell.harness)
+    assert found == {label: (CellEgress(cell.id, CAPTURED),)}
+    quiet = CellEgress("quiet-cell", ())
+    unread = CellEgress("unread-cell", None)
+    text = markdown(egress_section({**found, "Other": (quiet, unread)}))
+    assert "## Refused egress (the guest's firewall, per cell)" in text
+    assert f"| {label} | 1 | 1 | 1 | icmp 192.0.2.7 x1 (container), " in text
+    assert "| Other | 2 | 1 | 0 | none |" in text
+    assert f"- `{cell.id}`: icmp 192.0.2.7 x1 (container), tcp 192.0.2.1:443 x2" in text
+    assert "quiet-cell" not in text and "unread-cell" not in text
+
+
+def test_refused_egress_is_summed_over_a_harness_cells() -> None:
+    one = (CAPTURED[1],)
+    assert summed([one, one, ()]) == (CAPTURED[1].model_copy(update={"packets": 4}),)
+
+
+def test_a_run_without_any_egress_record_has_no_section() -> None:
+    assert egress_section({"Bare Pi": (CellEgress("old-line", None),)}) == []
