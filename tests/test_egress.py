@@ -1,6 +1,6 @@
 """The guest's egress firewall (runner/lab/egress.py) without a guest: its ruleset, the parsing
-of what nft lists, the ledger line a cell gets from it (a FakeTransport for the guest), and the
-report's section.
+of what nft lists, the ledger line a cell gets from it (a FakeTransport for the guest), the
+report's section, and the guest deploy's steps that install it (recorded, not run).
 
 The listings in tests/fixtures/egress/ are nft 1.1.3's own output (Debian trixie's nftables, the
 version in the guest's image) with this ruleset loaded, captured by capture.sh there in network
@@ -35,6 +35,7 @@ from tests.support.fake_transport import (
     answer,
     trial_tree,
 )
+from tests.support.recorded_provisioning import example_plan, record_provisioning
 
 REFUSED = (EGRESS_LISTINGS / "nft-1.1.3-refused.json").read_text()
 # What capture.sh did: from the container two TCP connects to 192.0.2.1:443, a lookup through
@@ -233,3 +234,26 @@ def test_refused_egress_is_summed_over_a_harness_cells() -> None:
 
 def test_a_run_without_any_egress_record_has_no_section() -> None:
     assert egress_section({"Bare Pi": (CellEgress("old-line", None),)}) == []
+
+
+# --- the guest deploy ---------------------------------------------------------------------------
+
+
+def test_the_deploy_loads_the_firewall_before_podman_and_never_restarts_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = record_provisioning(monkeypatch, example_plan())
+    names = [name for name, _ in calls]
+    puts = {kwargs["dest"]: (number, kwargs) for number, (name, kwargs) in enumerate(calls)
+            if name == "files.put"}  # fmt: skip
+    number, put = puts[egress.RULESET_PATH]
+    assert put["src"].getvalue() == egress.ruleset()
+    assert names.index("guest.debs_installed") < number  # nft comes with the debs
+    units = [kwargs for name, kwargs in calls if kwargs.get("service") == "nftables.service"]
+    assert (units[0]["running"], units[0]["enabled"]) == (True, True)
+    assert units[1]["reloaded"] is True and "restarted" not in units[1]
+    assert puts["/etc/resolv.conf"][1]["src"].getvalue() == egress.RESOLV_CONF
+    podman_number, podman = puts["/etc/containers/containers.conf.d/50-bench.conf"]
+    assert podman["src"].getvalue().startswith(egress.CONTAINERS_DNS_CONF)
+    podman_unit = names.index("systemd.service", podman_number)
+    assert number < podman_number < podman_unit  # the firewall is up before any container runs

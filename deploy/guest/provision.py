@@ -328,8 +328,8 @@ def _artifact_store_mounted() -> None:
 
 
 def _egress_refused_and_recorded() -> None:
-    """The egress firewall (runner/lab/egress.py), loaded now and at every boot, and the
-    resolvers it refuses and records, for the guest and for Podman's task containers."""
+    """The egress firewall (runner/lab/egress.py), loaded now and at every boot, and the guest's
+    resolver that it refuses and records (the task containers' is Podman's config)."""
     ruleset = files.put(
         name="Egress firewall ruleset (nftables)",
         src=io.StringIO(egress.ruleset()),
@@ -355,26 +355,15 @@ def _egress_refused_and_recorded() -> None:
         src=io.StringIO(egress.RESOLV_CONF),
         dest="/etc/resolv.conf",
     )
-    dns = files.put(
-        name="Task containers' resolver: a sink the firewall records",
-        src=io.StringIO(egress.CONTAINERS_DNS_CONF),
-        dest="/etc/containers/containers.conf.d/60-bench-dns.conf",
-    )
-    # As in _podman_served: a running API service keeps the containers.conf it started with.
-    systemd.service(
-        name="Podman's API service restarted on its next connection (DNS config changed)",
-        service="podman.service",
-        running=False,
-        _if=dns.did_change,
-    )
 
 
 def _podman_served() -> None:
     """Podman's Docker-compatible socket, configured for a guest without D-Bus, for Harbor."""
     files.file(name="Podman's docker command without its notice", path="/etc/containers/nodocker")
     podman_config = files.put(
-        name="Podman manages cgroups itself (no D-Bus in the guest for systemd's manager)",
-        src=io.StringIO('[engine]\ncgroup_manager = "cgroupfs"\n'),
+        name="Podman manages cgroups itself (no D-Bus in the guest for systemd's manager); "
+        "its containers' resolver is a sink the egress firewall records",
+        src=io.StringIO(egress.CONTAINERS_DNS_CONF + '[engine]\ncgroup_manager = "cgroupfs"\n'),
         dest="/etc/containers/containers.conf.d/50-bench.conf",
     )
     # The API service reads containers.conf when it starts: one started before the file (the

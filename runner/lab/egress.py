@@ -51,8 +51,8 @@ RESOLV_CONF = (
     f"nameserver {GUEST_RESOLVER}\n"
     "options attempts:1\n"
 )
-# Podman's containers.conf drop-in: without it a container gets Google's resolvers when the
-# guest's are loopback-only, and aardvark-dns forwards to the guest's.
+# The [containers] table of Podman's containers.conf drop-in (the deploy adds its [engine]):
+# without it a container gets Google's resolvers when the guest's are loopback-only.
 CONTAINERS_DNS_CONF = f'[containers]\ndns_servers = ["{CONTAINER_RESOLVER}"]\n'
 LOG_PREFIX = "bench-egress refused"
 
