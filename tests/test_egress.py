@@ -1,6 +1,7 @@
 """The guest's egress firewall (runner/lab/egress.py) without a guest: its ruleset, the parsing
 of what nft lists, the ledger line a cell gets from it (a FakeTransport for the guest), the
-report's section, and the guest deploy's steps that install it (recorded, not run).
+report's section, the guest deploy's steps that install it (recorded, not run), and the freeze's
+record of its loaded table.
 
 The listings in tests/fixtures/egress/ are nft 1.1.3's own output (Debian trixie's nftables, the
 version in the guest's image) with this ruleset loaded, captured by capture.sh there in network
@@ -16,6 +17,7 @@ import shutil
 import pytest
 
 from runner.core.roots import REPO_ROOT
+from runner.freeze.manifest import Collected, FreezeScope, GuestState, default_scope
 from runner.lab import egress
 from runner.lab.egress import EgressReadError, RefusedEgress, parse_refused
 from runner.lab.layout import GUEST_MIRROR_ADDRESS, GUEST_PROXY_ADDRESS
@@ -257,3 +259,19 @@ def test_the_deploy_loads_the_firewall_before_podman_and_never_restarts_it(
     assert podman["src"].getvalue().startswith(egress.CONTAINERS_DNS_CONF)
     podman_unit = names.index("systemd.service", podman_number)
     assert number < podman_number < podman_unit  # the firewall is up before any container runs
+
+
+# --- the freeze and its audit -------------------------------------------------------------------
+
+
+def test_the_freeze_records_the_firewalls_table_and_older_manifests_keep_their_bytes() -> None:
+    assert default_scope().nft_tables == (f"inet {egress.TABLE}",)
+    collected = Collected(
+        kernel="6.12", packages={}, files={}, trees={}, venvs={}, images=(), listening=()
+    )
+    scope = FreezeScope(files=(), trees=())
+    state = GuestState.of(collected, scope)
+    assert "nft_tables" not in scope.model_dump() and "nft_tables" not in state.model_dump()
+    firewall = {f"inet {egress.TABLE}": "absent"}
+    recorded = GuestState.of(collected.model_copy(update={"nft_tables": firewall}), scope)
+    assert recorded.model_dump()["nft_tables"] == firewall
