@@ -95,6 +95,11 @@ def test_demo_lock_killed_mid_run_resumes_to_the_end(frozen_lab: LabState, tmp_p
     assert {outcome for (model, _), outcome in outcomes.items() if model == "wrong"} == {"fail"}
     assert {harness for _, harness in outcomes} == {"bare-pi", "pi-openpi"}
     assert all(line.physical_posts >= line.logical_attempts > 0 for line in lines)
+    # Issue #12's evidence: Harbor's, Pi's and OpenPI's start-up in the guest made no network
+    # attempt but to the proxy. The guest's firewall refused nothing in any cell, and said so
+    # (an empty record; None would be a record that could not be read).
+    refused = {line.cell_id: line.egress_refused for line in lines}
+    assert refused == {line.cell_id: () for line in lines}, refused
     # Evidence that OpenPI's extensions loaded in the guest: its gateway tool in the first request
     # and a larger fixed prompt overhead than Bare Pi's, cell by cell.
     first = {(line.model, line.harness): line.first_request for line in lines}
@@ -109,6 +114,7 @@ def test_demo_lock_killed_mid_run_resumes_to_the_end(frozen_lab: LabState, tmp_p
     assert receipt["credential_scan"] == "clean"
     assert receipt["final_verify"] == "passed"
     assert "OFFLINE SCRIPTED PROVIDER" in paths.report_md.read_text()
+    assert "## Refused egress (the guest's firewall, per cell)" in paths.report_md.read_text()
     assert paths.report_png.exists()
     page = render(paths.report_html, CI_ARTIFACTS / "report-e2e.png")
     print(f"report.html screenshot (CI artifact): {page.screenshot}")

@@ -2,8 +2,8 @@
 
 The tests run in file order on one frozen lab (tests/vm_fixtures.py): the audit passes on the
 frozen guest, names each planted drift (a package removed, a pinned file edited, a file added
-to a frozen tree, a new listening port), and passes again after a reset, which also removed the
-planted files.
+to a frozen tree, a new listening port, the egress firewall's table deleted), and passes again
+after a reset, which also removed the planted files and loaded the firewall again.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from runner.core.roots import REPO_ROOT
 from runner.freeze.manifest import FreezeManifest
 from runner.freeze.paths import FreezePaths
 from runner.freeze.record import guest_transport
+from runner.lab.egress import TABLE
 from runner.lab.state import LabState
 from runner.verify.report import VerifyReport
 from tests.support.vm_fixtures import frozen_lab, vm_lab  # noqa: F401  (fixtures)
@@ -56,7 +57,8 @@ def test_verify_passes_on_the_frozen_guest(frozen_lab: LabState, tmp_path: Path)
     report = VerifyReport.model_validate_json((tmp_path / "v.json").read_bytes())
     assert report.passed and report.freeze_manifest_sha256 == manifest(frozen_lab).sha256
     categories = {check.partition(":")[0] for check in report.checks}
-    assert {"kernel", "dpkg", "tree", "listen"} <= categories
+    assert {"kernel", "dpkg", "tree", "listen", "nft"} <= categories
+    assert manifest(frozen_lab).state.nft_tables[f"inet {TABLE}"] != "absent"
     junit = ET.parse(tmp_path / "v.xml").getroot()
     assert junit.get("failures") == "0" and int(junit.get("tests", "0")) == len(report.checks)
     assert list(Path(report.evidence).glob("artifacts/*/job_events/*.json"))
@@ -78,6 +80,7 @@ def test_verify_names_each_planted_drift(frozen_lab: LabState, tmp_path: Path) -
             "< /dev/null & sleep 5",
             timeout=60,
         )
+        guest.check(f"nft delete table inet {TABLE}", timeout=60)
 
     result = runner("verify", "--json", str(tmp_path / "v.json"), lab=frozen_lab.lab)
 
@@ -88,6 +91,7 @@ def test_verify_names_each_planted_drift(frozen_lab: LabState, tmp_path: Path) -
         f"file:{edited}",
         f"tree:/opt/{PLANTED_FILE.rsplit('/', 1)[1]}",
         f"listen:tcp/{PLANTED_PORT}",
+        f"nft:inet {TABLE}",
     } <= checks, result.stdout
     assert f"dpkg:{package}: expected {frozen.state.packages[package]}" in result.stdout
     assert "drifts from freeze" in result.stderr

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from runner.core.roots import REPO_ROOT
-from runner.lab.layout import DOCKER_HOST, GUEST
+from runner.lab import egress
+from runner.lab.layout import DOCKER_HOST, GUEST, GUEST_PROXY_ADDRESS
 from runner.lab.state import LabPaths, LabState, load_lab_state
 from runner.lab.transport import GuestTransport, SshTransport
 from runner.spec.lock import load_lock
@@ -67,6 +68,46 @@ def test_second_deploy_of_the_guest_changes_nothing_and_says_so(guest: GuestTran
 def test_the_guest_cannot_reach_a_registry(guest: GuestTransport) -> None:
     reach = guest.exec("timeout 20 bash -c '</dev/tcp/registry.npmjs.org/443'", timeout=60)
     assert reach.exit_code != 0
+
+
+# A task container's attempts: a TEST-NET address (refused in the guest, it never leaves), the
+# proxy's address (let through), and a lookup (to the containers' resolver sink).
+_CONTAINER_ATTEMPTS = f"""
+import socket
+for address, port in [("192.0.2.1", 443), ({GUEST_PROXY_ADDRESS.split(":")[0]!r}, 8080)]:
+    try:
+        socket.create_connection((address, port), timeout=20).close()
+        print(address, port, "connected")
+    except OSError as error:
+        print(address, port, type(error).__name__)
+try:
+    socket.getaddrinfo("registry.npmjs.org", 443)
+    print("lookup answered")
+except OSError as error:
+    print("lookup", type(error).__name__)
+print(open("/etc/resolv.conf").read())
+"""
+
+
+def test_egress_from_a_task_container_is_refused_and_recorded_but_not_the_proxys(
+    guest: GuestTransport,
+) -> None:
+    assert run(guest, "systemctl is-enabled nftables.service") == "enabled"
+    run(guest, egress.RESET_COMMAND)
+    image = GUEST.task_image(LOCK.tasks.ids[0])
+    said = run(guest, f"podman run --rm {image} python3 -c {shlex.quote(_CONTAINER_ATTEMPTS)}")
+    print(said)
+    assert "192.0.2.1 443 ConnectionRefusedError" in said, said
+    run(guest, "getent hosts registry.npmjs.org || true")  # the guest's own lookup
+    listing = run(guest, egress.READ_COMMAND)
+    print(listing)
+    refused = egress.parse_refused(listing)
+    print([entry.label for entry in refused])
+    where = {(entry.source, entry.proto, entry.address, entry.port) for entry in refused}
+    assert ("container", "tcp", "192.0.2.1", 443) in where
+    assert ("guest", "udp", egress.GUEST_RESOLVER, 53) in where
+    assert ("container", "udp", egress.CONTAINER_RESOLVER, 53) in where
+    assert not any(entry.address == GUEST_PROXY_ADDRESS.split(":")[0] for entry in refused)
 
 
 def test_runtime_and_tool_versions_equal_the_lock(guest: GuestTransport) -> None:

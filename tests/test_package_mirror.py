@@ -113,7 +113,6 @@ def test_anything_else_is_refused_and_logged_as_a_miss(mirror):
 
 
 def test_a_withheld_package_is_a_miss(tmp_path, mirror):
-    base, _ = mirror
     resolution_file = tmp_path / "mirror-test.resolved.json"
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -29,6 +29,7 @@ from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.errors import RunnerError
 from runner.core.oci import read_oci_archive
 from runner.core.roots import REPO_ROOT
+from runner.lab import egress
 from runner.lab.layout import AGENT_USER, ARTIFACTS_MOUNT_TAG, GUEST, GUEST_MIRROR_URL
 from runner.lab.tasks import derive_tasks
 from runner.spec.lock import Lock
@@ -371,6 +372,7 @@ def guest_provisioning(plan: GuestPlan) -> None:
     # before its operations' names, and the idempotence checks compare those names.
     _artifact_store_mounted()
     guest.debs_installed(name="Debian packages of the resolution", debs=plan.debs)
+    _egress_refused_and_recorded()
     _podman_served()
     server.user(
         name=f"Unprivileged agent user {AGENT_USER}",
@@ -410,12 +412,43 @@ def _artifact_store_mounted() -> None:
     )
 
 
+def _egress_refused_and_recorded() -> None:
+    """The egress firewall (runner/lab/egress.py), loaded now and at every boot, and the guest's
+    resolver that it refuses and records (the task containers' is Podman's config)."""
+    ruleset = files.put(
+        name="Egress firewall ruleset (nftables)",
+        src=io.StringIO(egress.ruleset()),
+        dest=egress.RULESET_PATH,
+        mode="755",
+    )
+    systemd.service(
+        name="Egress firewall loaded at every boot (nftables.service)",
+        service="nftables.service",
+        running=True,
+        enabled=True,
+    )
+    # Reload, never restart: the unit's stop is `nft flush ruleset`, which would also remove
+    # Podman's (netavark's) table; its reload loads the file, which replaces this table only.
+    systemd.service(
+        name="Egress firewall reloaded (ruleset changed)",
+        service="nftables.service",
+        reloaded=True,
+        _if=ruleset.did_change,
+    )
+    files.put(
+        name="The guest's resolver: a loopback sink the firewall records",
+        src=io.StringIO(egress.RESOLV_CONF),
+        dest="/etc/resolv.conf",
+    )
+
+
 def _podman_served() -> None:
     """Podman's Docker-compatible socket, configured for a guest without D-Bus, for Harbor."""
     files.file(name="Podman's docker command without its notice", path="/etc/containers/nodocker")
     podman_config = files.put(
-        name="Podman manages cgroups itself (no D-Bus in the guest for systemd's manager)",
-        src=io.StringIO('[engine]\ncgroup_manager = "cgroupfs"\n'),
+        name="Podman manages cgroups itself (no D-Bus in the guest for systemd's manager); "
+        "its containers' resolver is a sink the egress firewall records",
+        src=io.StringIO(egress.CONTAINERS_DNS_CONF + '[engine]\ncgroup_manager = "cgroupfs"\n'),
         dest="/etc/containers/containers.conf.d/50-bench.conf",
     )
     # The API service reads containers.conf when it starts: one started before the file (the

@@ -38,6 +38,7 @@ from runner.cells.verifier_setup import verifier_setup_problem
 from runner.core.canonical import file_digest
 from runner.core.errors import RunnerError
 from runner.guest.agent_plan import CONTAINER
+from runner.lab import egress
 from runner.lab.layout import DOCKER_HOST, GUEST, GUEST_PROXY_URL
 from runner.lab.mirror import MirrorRequest, read_requests
 from runner.lab.transport import GuestError, GuestTransport
@@ -61,6 +62,7 @@ from runner.spec.lock import Lock, Model
 
 CELL_PGID_FILE = "/run/bench-cell.pgid"
 GUEST_WAIT_SECONDS = 60.0  # for the guest to answer again after a failed cell
+EGRESS_READ_SECONDS = 60.0
 AGENT_CLASSES = {
     "pi": "runner.guest.harbor_agents:PiAgent",
     "omp": "runner.guest.harbor_agents:OmpAgent",
@@ -124,6 +126,7 @@ class _Attempt:
     proxy_open: bool = False
     counts: ProxyCellCounts | None = None
     trial_root: Path | None = None
+    refused_egress: tuple[egress.RefusedEgress, ...] | None = None  # None: not read (yet)
     retried: int = 0  # earlier attempts of the cell the retry policy re-ran
     mirror_offset: int = 0  # where the mirror log stood when the attempt started
     mirror: tuple[MirrorRequest, ...] | None = None  # the mirror's requests during the attempt
@@ -146,7 +149,8 @@ class CellRunner:
 
     def harbor_command(self, cell: Cell, bearer: str) -> str:
         """Harbor in its own process group (so the deadline can kill the whole tree), its log
-        beside the trial; the bearer travels only in Harbor's environment."""
+        beside the trial; the bearer travels only in Harbor's environment. The guest's record of
+        refused egress is emptied first, so what it holds after the cell is the cell's."""
         harness = next(h for h in self.lock.harnesses if h.id == cell.harness)
         model = self.model(cell)
         runtime = {"node": self.lock.tools.node, "bun": self.lock.tools.bun}[harness.runtime]
@@ -182,7 +186,7 @@ class CellRunner:
         exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in environment.items())
         inner = f"echo $$ > {CELL_PGID_FILE}; exec env {exports} {shlex.join(arguments)}"
         return (
-            f"rm -rf {trials} && mkdir -p {trials} && "
+            f"{egress.RESET_COMMAND}; rm -rf {trials} && mkdir -p {trials} && "
             f"setsid bash -c {shlex.quote(inner)} > {trials}/harbor.log 2>&1"
         )
 
@@ -240,9 +244,26 @@ class CellRunner:
             attempt.trial_root = self.guest.download(
                 str(GUEST.trials(cell.id)), self.paths.trials_dir
             )
+        with timer.phase("egress"):
+            unread = self._read_egress(attempt)
         with timer.phase("classify"):
             outcome, reason, logical, evidence = self._classified(attempt, deadline_passed, killed)
-        return self._line(attempt, outcome, reason, logical, evidence)
+        return self._line(attempt, outcome, reason + unread, logical, evidence)
+
+    def _read_egress(self, attempt: _Attempt) -> str:
+        """What the guest's firewall refused during the cell, into the attempt. Evidence, not a
+        verdict: a listing that cannot be read leaves it not recorded and says why in the
+        reason's tail ("" when read); only a guest that does not answer ends the cell."""
+        result = self.guest.exec(egress.READ_COMMAND, timeout=EGRESS_READ_SECONDS)
+        try:
+            if not result.ok:
+                # nft's first line is its error; the next ones point at the command.
+                said = (result.stderr or result.stdout).strip().splitlines()[:1] or ["no output"]
+                raise egress.EgressReadError(f"nft exited {result.exit_code}: {said[0]}")
+            attempt.refused_egress = egress.parse_refused(result.stdout)
+        except egress.EgressReadError as error:
+            return f"; egress not recorded: {error}"
+        return ""
 
     def _open_proxy(self, attempt: _Attempt) -> str:
         model = self.model(attempt.cell)
@@ -331,6 +352,7 @@ class CellRunner:
             agent_cpu_seconds=cgroup.cpu_seconds if cgroup else None,
             agent_peak_memory_bytes=cgroup.memory_peak_bytes if cgroup else None,
             mirror=_mirror_use(attempt.mirror),
+            egress_refused=attempt.refused_egress,
         )
 
     def _go_on_after(self, error: Exception, failure: Failure, cell: Cell) -> None:

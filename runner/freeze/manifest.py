@@ -27,8 +27,16 @@ AbsolutePath = Annotated[str, Field(pattern=r"^/\S*$")]
 FileEntry = Annotated[str, Field(pattern=r"^(sha256:[0-9a-f]{64}|symlink:.*)$")]
 
 
+# An nftables table as nft names it: "<family> <name>".
+NftTable = Annotated[str, Field(pattern=r"^(ip|ip6|inet|arp|bridge|netdev) [A-Za-z0-9_-]+$")]
+# A loaded table: the sha256 of its rules as listed, or "absent".
+NftEntry = Annotated[str, Field(pattern=r"^(sha256:[0-9a-f]{64}|absent)$")]
+
+
 class FreezeScope(FrozenModel):
     """Which paths are frozen (see runner/freeze/scope.toml for the meaning of each field)."""
+
+    LATE_FIELDS = frozenset({"nft_tables"})
 
     files: tuple[str, ...]
     trees: tuple[AbsolutePath, ...]
@@ -36,6 +44,7 @@ class FreezeScope(FrozenModel):
     tree_excludes: tuple[str, ...] = ()
     venv_roots: tuple[AbsolutePath, ...] = ()
     venv_search_depth: int = Field(default=3, ge=1, le=8)
+    nft_tables: tuple[NftTable, ...] = ()
 
 
 class Tree(FrozenModel):
@@ -80,9 +89,12 @@ class Collected(FrozenModel):
     venvs: dict[AbsolutePath, tuple[str, ...]]  # venv -> `pip freeze --all` lines
     images: tuple[PodmanImage, ...]
     listening: tuple[Socket, ...]
+    nft_tables: dict[NftTable, NftEntry] = Field(default_factory=dict)
 
 
 class GuestState(FrozenModel):
+    LATE_FIELDS = frozenset({"nft_tables"})
+
     kernel: str
     packages: dict[str, str]
     files: dict[AbsolutePath, FileEntry]
@@ -91,6 +103,7 @@ class GuestState(FrozenModel):
     venvs: dict[AbsolutePath, tuple[str, ...]]
     images: tuple[PodmanImage, ...]
     listening: tuple[Socket, ...]
+    nft_tables: dict[NftTable, NftEntry] = Field(default_factory=dict)
 
     @classmethod
     def of(cls, collected: Collected, scope: FreezeScope) -> GuestState:

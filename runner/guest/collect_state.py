@@ -125,6 +125,20 @@ def listening() -> list[dict[str, Any]]:
     return [{"proto": proto, "port": port} for proto, port in sorted(sockets)]
 
 
+def nft_tables(tables: list[str]) -> dict[str, str]:
+    """Each table's rules as loaded, without counters and set contents (``nft -s -t``): the
+    sha256 of nft's listing, or "absent" (not loaded, or no nft)."""
+    found: dict[str, str] = {}
+    for table in tables:
+        found[table] = "absent"
+        if shutil.which("nft"):
+            command = ["nft", "-s", "-t", "list", "table", *table.split()]
+            listed = subprocess.run(command, capture_output=True)
+            if listed.returncode == 0:
+                found[table] = "sha256:" + hashlib.sha256(listed.stdout).hexdigest()
+    return found
+
+
 def main() -> None:
     scope = json.loads(sys.argv[1])
     state = {
@@ -135,6 +149,7 @@ def main() -> None:
         "venvs": venvs(scope["venv_roots"], scope["venv_search_depth"]),
         "images": images() if shutil.which("podman") else [],
         "listening": listening(),
+        "nft_tables": nft_tables(scope.get("nft_tables", [])),
     }
     json.dump(state, sys.stdout, sort_keys=True)
 

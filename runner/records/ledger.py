@@ -20,6 +20,7 @@ from runner.core.canonical import file_digest
 from runner.core.errors import InputError, RunnerError, describe_validation_error
 from runner.core.files import read_model, write_model
 from runner.core.models import FailureClass, FrozenModel, Sha256
+from runner.lab.egress import RefusedEgress
 from runner.records.paths import RunPaths
 from runner.records.prompt import PromptFootprint
 from runner.records.schedule import Cell
@@ -62,7 +63,13 @@ class LedgerLine(FrozenModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     # Left out of a line at their default (None: "not recorded"), so lines keep their shape.
     LATE_FIELDS = frozenset(
-        {"request_sums", "agent_cpu_seconds", "agent_peak_memory_bytes", "mirror"}
+        {
+            "request_sums",
+            "agent_cpu_seconds",
+            "agent_peak_memory_bytes",
+            "mirror",
+            "egress_refused",
+        }
     )
 
     schema_version: Literal[1] = 1
@@ -101,6 +108,10 @@ class LedgerLine(FrozenModel):
         default=None, ge=0, description="the agent container's peak memory up to the harness's end"
     )
     mirror: MirrorUse | None = None
+    # What the guest's egress firewall refused during the cell (runner.lab.egress): evidence of
+    # hermeticity, not a verdict. () nothing was refused; None not recorded (older lines, a cell
+    # that ended before the read, a guest whose firewall could not be read).
+    egress_refused: tuple[RefusedEgress, ...] | None = None
 
     @model_validator(mode="after")
     def _unattributed_matches_counts(self) -> LedgerLine:

@@ -30,6 +30,7 @@ from runner.run.document import (
     bullets,
     table,
 )
+from runner.run.egress_summary import CellEgress, egress_section, refused_egress
 from runner.run.failure_summary import render_failure_classes
 from runner.run.html_report import write_html
 from runner.run.receipt import (
@@ -126,7 +127,7 @@ def proxy_records(paths: RunPaths, lines: list[LedgerLine]) -> dict[str, ProxyCe
 def write_report(run_dir: Path) -> Receipt:
     paths = RunPaths(run_dir)
     receipt = load_run(paths)
-    blocks = document(receipt, first_requests(paths), run_tasks(paths))
+    blocks = document(receipt, first_requests(paths), refused_egress(paths), run_tasks(paths))
     write_model(paths.receipt, receipt)
     write_atomic(paths.report_md, markdown(blocks).encode())
     plot(receipt, paths.report_png)
@@ -604,18 +605,21 @@ def run_tasks(paths: RunPaths) -> tuple[TaskDerivation, ...]:
 def document(
     receipt: Receipt,
     footprints: Mapping[str, Sequence[PromptFootprint]] | None = None,
+    egress: Mapping[str, Sequence[CellEgress]] | None = None,
     tasks: Sequence[TaskDerivation] = (),
 ) -> list[Block]:
     """Every section of the report, in order: both renderers format these blocks.
     ``footprints`` are the first requests per harness label (``first_requests``, read from the
-    run's ledger); without them the report has no prompt-overhead section. ``tasks``: the run's
-    tasks.json (``run_tasks``)."""
+    run's ledger); without them the report has no prompt-overhead section. ``egress``, each
+    harness's cells' refused egress (``refused_egress``, from the ledger too), likewise.
+    ``tasks``: the run's tasks.json (``run_tasks``)."""
     blocks = run_section(receipt)
     blocks += task_section(tasks)
     for batch in receipt.batches:
         blocks += _batch_section(batch)
     blocks += _failure_class_section(receipt)
     blocks += prompt_overhead(footprints or {})
+    blocks += egress_section(egress or {})
     return blocks
 
 

@@ -2,8 +2,8 @@
 
 Every probe observes one kind of state with the guest's own tools (``dpkg-query``, coreutils
 ``sha256sum``/``readlink`` over the pinned files and tree listings, ``pip freeze``, ``podman
-images``, ``ss``) and turns what it saw into a map ``key -> value`` shaped like the manifest's
-expectation; one ``assert`` per category compares every key either map has.
+images``, ``ss``, ``nft``) and turns what it saw into a map ``key -> value`` shaped like the
+manifest's expectation; one ``assert`` per category compares every key either map has.
 
 Observations are ``raw`` tasks: one SSH exec each, no Python module. Under TCG a Python module
 (``stat``, ``command``) costs 7-16 s of interpreter start per call in the guest, a ``raw``
@@ -178,6 +178,18 @@ _SS_LISTENING = (
     " /proc/sys/net/ipv4/ip_local_port_range - | LC_ALL=C sort -u"
 )
 
+
+def _nft_command(manifest: FreezeManifest) -> str:
+    """``<family> <name><TAB>sha256:<hex>`` of each frozen table's rules as nft lists them
+    without counters and set contents, or ``absent`` (the freeze's collection does the same)."""
+    return "true; " + "".join(
+        f"if h=$(nft -s -t list table {table} 2>/dev/null | sha256sum | cut -c1-64); "
+        f"then printf '%s\\tsha256:%s\\n' {shlex.quote(table)} \"$h\"; "
+        f"else printf '%s\\t{ABSENT}\\n' {shlex.quote(table)}; fi; "
+        for table in manifest.scope.nft_tables
+    )
+
+
 PROBES: tuple[Probe, ...] = (
     Probe(
         "kernel",
@@ -221,6 +233,7 @@ PROBES: tuple[Probe, ...] = (
         _lines_to_map("listen_seen"),
         lambda m: {socket.label: LISTENING for socket in m.state.listening},
     ),
+    Probe("nft", _nft_command, _lines_to_map("nft_seen"), lambda m: dict(m.state.nft_tables)),
 )
 
 

@@ -1,7 +1,9 @@
 """A GuestTransport with no guest, after httpx's MockTransport: a handler function stands for the
 guest. Given each command (``download <remote dir>`` for a copy-back) it returns an ExecResult or
 raises; a copy-back then writes the trial tree the test gave. Paramiko's and the socket's errors a
-handler raises become GuestError exactly as over SSH (the same ``connection_errors``)."""
+handler raises become GuestError exactly as over SSH (the same ``connection_errors``). Unless the
+test says otherwise, the guest's egress firewall refused nothing: ``answer`` gives its listing,
+as nft 1.1.3 printed it (tests/fixtures/egress/)."""
 
 from __future__ import annotations
 
@@ -12,15 +14,21 @@ from pathlib import Path
 from typing import Self
 
 from runner.core.roots import REPO_ROOT
+from runner.lab.egress import READ_COMMAND
 from runner.lab.transport import ClosedOnExit, ExecResult, connection_errors, require_ok
 
 Handler = Callable[[str], ExecResult]
 HARBOR_RESULTS = REPO_ROOT / "tests" / "harbor_results"
 ADDRESS = "fake-guest:22"
+EGRESS_LISTINGS = REPO_ROOT / "tests" / "fixtures" / "egress"
+NOTHING_REFUSED = (EGRESS_LISTINGS / "nft-1.1.3-nothing-refused.json").read_text()
 
 
-def answer(command: str, exit_code: int | None = 0, stdout: str = "") -> ExecResult:
-    """What the guest says to ``command``: an exit code (None: the deadline passed) and stdout."""
+def answer(command: str, exit_code: int | None = 0, stdout: str | None = None) -> ExecResult:
+    """What the guest says to ``command``: an exit code (None: the deadline passed) and stdout
+    (by default none, or for the egress read a firewall that refused nothing)."""
+    if stdout is None:
+        stdout = NOTHING_REFUSED if command == READ_COMMAND else ""
     return ExecResult(command=command, exit_code=exit_code, stdout=stdout, stderr="", seconds=0.0)
 
 
