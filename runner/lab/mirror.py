@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import hashlib
 import html
+import os
 import re
 import socket
 import subprocess
@@ -258,7 +259,17 @@ def serve(
     frozen = FrozenSet.of(read_model(resolution_file, Resolution), store, withhold)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with _MirrorServer(port, frozen, store, MirrorLog(log_path)) as server:
+        threading.Thread(target=_stop_with_parent, args=(server,), daemon=True).start()
         server.serve_forever()
+
+
+def _stop_with_parent(server: _MirrorServer) -> None:
+    """A runner killed with SIGKILL cannot stop its mirror: the mirror stops itself when its
+    parent is gone (it is re-parented), so the next runner finds the port free."""
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(1)
+    server.shutdown()
 
 
 @contextlib.contextmanager

@@ -29,6 +29,9 @@ from runner.lab.state import LabPaths, LabState, guest_machine, load_lab_state
 
 VM_TEST_LAB = os.environ.get("VM_TEST_LAB", "vmtest")
 VM_TEST_LOCK = "locks/demo.toml"
+# The real Terminal-Bench 2.1 tasks' lab (tests/test_real_tasks_vm.py): its own VM, its own lock.
+TB21_LAB = os.environ.get("VM_TB21_LAB", "tb21")
+TB21_LOCK = "locks/tb21.toml"
 
 
 def _answers(paths: LabPaths) -> bool:
@@ -41,25 +44,36 @@ def _answers(paths: LabPaths) -> bool:
     return True
 
 
-@pytest.fixture(scope="session")
-def vm_lab() -> LabState:
-    paths = LabPaths.for_lab(VM_TEST_LAB)
+def deployed(lab: str, lock: str) -> LabState:
+    """The lab, deployed for ``lock`` with deploy.py unless it answers already."""
+    paths = LabPaths.for_lab(lab)
     if not _answers(paths):
         # As the README's first command does: artifacts into the host cache, then converge.
         for command in (
-            ["runner", "resolve", VM_TEST_LOCK],
+            ["runner", "resolve", lock],
             ["pyinfra", "-y", "inventory/local.py", "deploy.py"],
         ):
-            result = subprocess.run(
-                command,
-                cwd=REPO_ROOT,
-                env={**os.environ, "LAB": VM_TEST_LAB, "LOCK": VM_TEST_LOCK},
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+            run(command, {"LAB": lab, "LOCK": lock})
     return load_lab_state(paths)
+
+
+def run(command: list[str], env: dict[str, str] | None = None) -> str:
+    """A command of the project from the repository root; its stdout, asserted to succeed."""
+    result = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.fixture(scope="session")
+def vm_lab() -> LabState:
+    return deployed(VM_TEST_LAB, VM_TEST_LOCK)
 
 
 @pytest.fixture(scope="session")
@@ -70,3 +84,13 @@ def frozen_lab(vm_lab: LabState) -> Iterator[LabState]:
         freeze_lab(vm_lab.lab, default_scope())
     yield vm_lab
     reset_lab(vm_lab.lab)
+
+
+@pytest.fixture(scope="session")
+def tb21_lab() -> Iterator[tuple[LabState, str]]:
+    """The real tasks' lab, frozen with its lock (so every task's oracle scored 1 first), and
+    the output of ``runner freeze``."""
+    lab = deployed(TB21_LAB, TB21_LOCK)
+    frozen = run(["runner", "freeze", "--lab", TB21_LAB, "--lock", TB21_LOCK])
+    yield lab, frozen
+    reset_lab(TB21_LAB)
