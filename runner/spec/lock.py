@@ -240,7 +240,7 @@ class TaskSource(FrozenModel):
     prebuilt ``docker_image`` so the image is built from ``environment/`` for the guest's arch;
     ``verifier`` freezes what the verifier would install."""
 
-    LATE_FIELDS = frozenset({"build_from_environment", "verifier"})
+    LATE_FIELDS = frozenset({"build_from_environment", "verifier", "timing_sensitive"})
 
     git: str | None = Field(default=None, pattern=r"^(https|ssh|file)://\S+$")
     commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{40}$")
@@ -254,6 +254,11 @@ class TaskSource(FrozenModel):
     )
     build_from_environment: bool = False
     verifier: VerifierTools | None = None
+    # Tasks whose verdict depends on wall-clock timing (a signal sent 0.5 s after start): under
+    # emulation (QEMU TCG) their own reference solution may fail, so their oracle at the freeze
+    # is recorded instead of failing it, and a lab whose oracle of the task did not score 1
+    # cannot judge it: its cells' failures are indeterminate. Under KVM they are held strictly.
+    timing_sensitive: tuple[Slug, ...] = ()
 
     @property
     def registry_images(self) -> tuple[RegistryImage, ...]:
@@ -280,6 +285,13 @@ class TaskSource(FrozenModel):
     def _unique_ids(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         _reject_duplicates(value)
         return value
+
+    @model_validator(mode="after")
+    def _timing_sensitive_are_tasks(self) -> TaskSource:
+        unknown = sorted(set(self.timing_sensitive) - set(self.ids))
+        if unknown:
+            raise ValueError(f"timing_sensitive: {', '.join(unknown)} not in ids")
+        return self
 
     @model_validator(mode="after")
     def _one_source(self) -> TaskSource:
