@@ -42,12 +42,24 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _judged(lab: LabState) -> dict[str, bool]:
+    """Which tasks the lab can judge: all of them, except a timing-sensitive task whose oracle
+    did not score 1 under emulation (cancel-async-tasks under TCG: asyncio's import alone takes
+    about 1 s there, its test sends SIGINT after 0.5 s)."""
+    manifest = read_model(FreezePaths.for_lab(lab.lab).manifest, FreezeManifest)
+    return {score.task: score.judges for score in manifest.oracle}
+
+
 def test_every_oracle_scored_1_at_the_freeze(tb21_lab: tuple[LabState, str]) -> None:
     lab, output = tb21_lab
-    manifest = read_model(FreezePaths.for_lab(lab.lab).manifest, FreezeManifest)
-    assert {score.task: score.reward for score in manifest.oracle} == dict.fromkeys(TASKS, 1.0)
-    assert {task.id for task in manifest.tasks if task.derived} == set(TASKS)
     print(output)
+    manifest = read_model(FreezePaths.for_lab(lab.lab).manifest, FreezeManifest)
+    scores = {score.task: score.reward for score in manifest.oracle}
+    timing_sensitive = set(load_lock(LOCK).tasks.timing_sensitive)
+    strict = TASKS if lab.acceleration.kind == "kvm" else tuple(set(TASKS) - timing_sensitive)
+    assert set(scores) == set(TASKS)
+    assert {task: scores[task] for task in strict} == dict.fromkeys(strict, 1.0)
+    assert {task.id for task in manifest.tasks if task.derived} == set(TASKS)
 
 
 def test_real_tasks_pass_with_the_reference_and_fail_with_the_wrong_answer(
@@ -63,9 +75,19 @@ def test_real_tasks_pass_with_the_reference_and_fail_with_the_wrong_answer(
         print(f"{line.cell_id}: {line.outcome} ({line.reason}) wall {line.wall_seconds:.1f} s; "
               f"mirror {line.mirror}; egress refused {line.egress_refused}")  # fmt: skip
     verdicts = {(line.model, line.task): line.outcome for line in lines}
+    judged = _judged(lab)
     assert verdicts == {
-        **{("reference", task): "pass" for task in TASKS},
-        **{("wrong", task): "fail" for task in TASKS},
+        **{("reference", task): "pass" for task in TASKS if judged[task]},
+        **{("wrong", task): "fail" for task in TASKS if judged[task]},
+        # A task the lab cannot judge: a pass would still count; a failure is indeterminate.
+        **{
+            ("reference", task): verdicts[("reference", task)] for task in TASKS if not judged[task]
+        },
+        **{("wrong", task): "indeterminate" for task in TASKS if not judged[task]},
+    }
+    assert {verdicts[("reference", task)] for task in TASKS if not judged[task]} <= {
+        "pass",
+        "indeterminate",
     }
     assert all(line.mirror is not None and line.mirror.misses == () for line in lines)
     # The verifiers judged with the upstream files, byte for byte: the guest's copies have the
@@ -85,7 +107,8 @@ def test_real_tasks_pass_with_the_reference_and_fail_with_the_wrong_answer(
     for task in TASKS:
         assert f"**{task}: derived**" in report
     receipt = json.loads(paths.receipt.read_text())
-    assert receipt["status"] == "completed", receipt["reasons"]
+    expected = "completed" if all(judged.values()) else "completed_with_indeterminate"
+    assert receipt["status"] == expected, receipt["reasons"]
     assert receipt["credential_scan"] == "clean"
 
 

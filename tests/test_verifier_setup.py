@@ -8,6 +8,7 @@ while the "verifier" runs, as the real mirror does.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,24 @@ def test_a_pass_is_a_pass_whatever_the_mirror_saw(demo, paths, proxy, tmp_path):
 def test_verifier_setup_is_a_rule_before_any_harbor_exception():
     names = [rule.failure_class for rule in RULES]
     assert names.index("verifier_setup") == names.index("success") + 1
+
+
+@pytest.mark.parametrize(
+    ("reward", "outcome", "expected"),
+    [(0, "indeterminate", "unjudged_task"), (1, "pass", "success")],
+)
+def test_a_task_the_lab_cannot_judge_fails_indeterminate_and_still_passes(
+    demo, paths, proxy, tmp_path, reward, outcome, expected
+):
+    """A task whose oracle did not score 1 at the freeze (timing-sensitive under emulation):
+    its failure says nothing of the agent; its pass is a pass."""
+    trials = _trials(tmp_path / "t", reward, PYTEST_FAILED)
+    cell = build_schedule(demo).cells[0]
+    guest = FakeTransport(lambda command: answer(command), trials)
+    cells = replace(
+        runner_for(demo, paths, proxy, guest), unjudged={cell.task: "its oracle scored 0"}
+    )
+    line = cells.run(cell, Ledger(paths))
+    assert (line.outcome, line.failure_class) == (outcome, expected)
+    if outcome == "indeterminate":
+        assert line.reason == "unjudged: its oracle scored 0"

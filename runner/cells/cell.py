@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -143,6 +143,8 @@ class CellRunner:
     task_root: Path
     reset_guest: Callable[[], object] | None  # None: cells run without a reset (verify instead)
     mirror_log: Path | None = None  # the lab's package mirror log; None: no mirror is running
+    # Tasks this lab cannot judge (their oracle did not score 1 at the freeze), and why.
+    unjudged: Mapping[str, str] = field(default_factory=dict)
 
     def model(self, cell: Cell) -> Model:
         return next(model for model in self.lock.models if model.id == cell.model)
@@ -295,6 +297,9 @@ class CellRunner:
         setup_problem = verifier_setup_problem(attempt.trial_root, harbor, attempt.mirror or ())
         if setup_problem is not None and outcome != "pass":
             outcome, reason = "indeterminate", f"verifier_setup: {setup_problem}"
+        unjudged = outcome == "fail" and attempt.cell.task in self.unjudged
+        if unjudged:
+            outcome, reason = "indeterminate", f"unjudged: {self.unjudged[attempt.cell.task]}"
         events = next(iter(sorted(attempt.trial_root.rglob(AGENT_EVENT_LOG))), None)
         logical = count_logical_attempts_in(events) if events else None
         reconciliation = reconcile(logical, attempt.counts) if logical else None
@@ -312,6 +317,7 @@ class CellRunner:
                     harbor, find_result(attempt.trial_root) is not None, attempt.counts, logical
                 ),
                 verifier_setup=setup_problem,
+                unjudged=unjudged,
             )
         )
         return outcome, reason, logical_attempts, evidence

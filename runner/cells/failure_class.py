@@ -14,7 +14,8 @@ deliberate:
 - reward 1 is ``success`` whatever else happened;
 - a verifier whose own setup failed (a package the lab's mirror does not have, a tool missing:
   runner.cells.verifier_setup) is ``verifier_setup`` before anything else Harbor says: its
-  reward 0 says nothing of the agent;
+  reward 0 says nothing of the agent; so is a task the lab cannot judge (its own reference
+  solution did not score 1 at the freeze: ``unjudged_task``);
 - a provider that answered nothing but errors is ``model_failure`` before any Harbor exception
   it caused (the harness exiting non-zero because every request failed is not its own crash);
 - Harbor's exception types, then the phase it struck in, then whether it names the agent;
@@ -62,6 +63,7 @@ class Evidence:
     exception: str | None = None  # Harbor's exception_info as "Type: message"
     harbor_phase: str | None = None  # the last of Harbor's phases with a start time
     verifier_setup: str | None = None  # what broke the verifier's own setup, if anything did
+    unjudged: bool = False  # the lab's oracle of the task did not score 1 at the freeze
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class Rule:
     exception: str | None = None  # a regex searched in "Type: message"; needs an exception
     harbor_phase: frozenset[str | None] | None = None
     verifier_setup: bool | None = None
+    unjudged: bool | None = None
 
     def matches(self, evidence: Evidence) -> bool:
         equal = (
@@ -84,6 +87,7 @@ class Rule:
             (self.provider, evidence.provider),
             (self.agent_acted, evidence.agent_acted),
             (self.verifier_setup, evidence.verifier_setup is not None),
+            (self.unjudged, evidence.unjudged),
         )
         if any(pattern is not None and pattern != value for pattern, value in equal):
             return False
@@ -122,6 +126,11 @@ RULES: tuple[Rule, ...] = (
         "verifier_setup",
         "the verifier's own setup failed: its verdict says nothing of the agent",
         verifier_setup=True,
+    ),
+    Rule(
+        "unjudged_task",
+        "the lab's oracle of the task did not score 1 at the freeze: a failure says nothing",
+        unjudged=True,
     ),
     Rule("model_failure", "every provider answer was an error", provider="errors_only"),
     Rule("model_failure", "Harbor found a provider API error", exception=r"^Api\w*Error:"),

@@ -42,7 +42,17 @@ def freeze_command(lab: str, lock_path: Path | None) -> None:
         for change in derivation.changes:
             click.echo(f"                {change}")
     for score in frozen.manifest.oracle:
-        click.echo(f"oracle        {score.task} reward {score.reward:g} ({score.seconds:.0f} s)")
+        judged = (
+            ""
+            if score.judges
+            else (
+                " (timing-sensitive under emulation: this lab cannot judge it; verifier: "
+                f"{score.verifier_last_lines})"
+            )
+        )
+        click.echo(
+            f"oracle        {score.task} reward {score.reward:g} ({score.seconds:.0f} s){judged}"
+        )
     click.echo(f"venvs         {', '.join(sorted(state.venvs)) or 'none'}")
     click.echo(f"images        {len(state.images)}")
     click.echo(f"listening     {' '.join(s.label for s in state.listening)}")

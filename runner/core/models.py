@@ -28,6 +28,7 @@ FailureClass = Literal[
     "harness_failure",
     "setup_failure",
     "verifier_setup",
+    "unjudged_task",
     "timeout",
     "cancelled",
     "unknown",

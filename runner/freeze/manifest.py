@@ -124,6 +124,16 @@ class OracleScore(FrozenModel):
     task: Slug
     reward: float
     seconds: float = Field(ge=0)
+    # A timing-sensitive task's oracle under emulation may score 0 without failing the freeze
+    # (lock tasks.timing_sensitive): then the lab cannot judge the task, and says why.
+    verifier_last_lines: str = ""
+
+    LATE_FIELDS = frozenset({"verifier_last_lines"})
+
+    @property
+    def judges(self) -> bool:
+        """Whether this lab can tell the task's success from its failure."""
+        return self.reward == 1
 
 
 class FreezeManifest(FrozenModel):

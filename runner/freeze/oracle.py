@@ -29,19 +29,26 @@ class OracleRun:
     task: str
     reward: float | None
     seconds: float
+    last_lines: str = ""  # of a tolerated oracle that did not score 1
 
 
-def oracle_smoke(guest: GuestTransport, task_ids: tuple[str, ...]) -> tuple[OracleRun, ...]:
-    """Every task's oracle, in order; raises on the first that does not score 1."""
+def oracle_smoke(
+    guest: GuestTransport, task_ids: tuple[str, ...], tolerated: frozenset[str] = frozenset()
+) -> tuple[OracleRun, ...]:
+    """Every task's oracle, in order; raises on the first that does not score 1, unless it is
+    ``tolerated`` (timing-sensitive under emulation: its score is recorded, and the lab then
+    cannot judge the task)."""
     runs = []
     try:
         for task in task_ids:
             run = _oracle(guest, task)
-            if run.reward != 1:
+            if run.reward != 1 and task not in tolerated:
                 raise RunnerError(
                     f"freeze: the oracle of task {task} scored {run.reward} (its reference "
                     f"solution must score 1); its verifier's last lines: {_last_lines(guest, task)}"
                 )
+            if run.reward != 1:
+                run = OracleRun(task, run.reward, run.seconds, _last_lines(guest, task))
             runs.append(run)
     finally:
         guest.check(f"rm -rf {ORACLE_TRIALS}", timeout=120)

@@ -85,6 +85,10 @@ class Lab(Protocol):
         """The run's tasks as the lab runs them."""
         ...
 
+    def unjudged_tasks(self) -> dict[str, str]:
+        """Tasks the lab cannot judge (their oracle did not score 1 at the freeze), and why."""
+        ...
+
     def package_mirror(self, resolution_file: Path) -> AbstractContextManager[Path | None]:
         """The lab's package mirror serving the resolution while the block runs; its log
         (None: the lab has no mirror)."""
@@ -113,6 +117,17 @@ class FrozenLab:
 
     def check(self, run: OpenRun) -> None:
         check_identities(run, self.state, self.manifest)
+
+    def unjudged_tasks(self) -> dict[str, str]:
+        return {
+            score.task: (
+                f"the lab's oracle of {score.task} scored {score.reward:g} at the freeze "
+                f"(timing-sensitive under {self.state.acceleration.kind.upper()}; its verifier's "
+                "last lines are in the freeze manifest)"
+            )
+            for score in self.manifest.oracle
+            if not score.judges
+        }
 
     def tasks(self, run: OpenRun) -> tuple[TaskDerivation, ...]:
         """Derived here again from the run's resolution; a freeze that recorded its tasks
@@ -236,6 +251,7 @@ def run_cells(
             task_root=task_root(run.lock),
             reset_guest=(lambda: lab.reset(guest)) if reset else None,
             mirror_log=mirror_log,
+            unjudged=lab.unjudged_tasks(),
         )
         progress = RunProgress(
             total=len(run.schedule.cells), deadline_seconds=run.lock.cell_deadline_seconds

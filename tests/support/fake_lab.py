@@ -45,6 +45,9 @@ class FakeLab:
             checks=("fake:guest",),
         )
 
+    def unjudged_tasks(self) -> dict[str, str]:
+        return {}
+
     def tasks(self, run: OpenRun) -> tuple[TaskDerivation, ...]:
         return run_task_derivations(run)
 
