@@ -41,7 +41,7 @@ def oracle_smoke(
     runs = []
     try:
         for task in task_ids:
-            run = _oracle(guest, task)
+            run = run_oracle(guest, task)
             if run.reward != 1 and task not in tolerated:
                 raise RunnerError(
                     f"freeze: the oracle of task {task} scored {run.reward} (its reference "
@@ -55,7 +55,8 @@ def oracle_smoke(
     return tuple(runs)
 
 
-def _oracle(guest: GuestTransport, task: str) -> OracleRun:
+def run_oracle(guest: GuestTransport, task: str) -> OracleRun:
+    """One run of the task's oracle in the guest (its trial is left for the caller to read)."""
     trial = f"oracle-{task}"
     harbor = [
         str(GUEST.harbor), "trial", "start", "--path", str(GUEST.task(task)), "--agent", "oracle",
