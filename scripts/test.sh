@@ -3,7 +3,8 @@
 #   fast   pytest -m "not vm"                       host only: models, proxy, scan, libvirt test driver
 #   vm     pytest -m "vm and not guest and not e2e" image build, deploy, teardown, rebuild (lab "pytest")
 #   guest  pytest -m "guest and not e2e"            provisioned guest, freeze, verify, reset (lab "vmtest")
-#   e2e    pytest -m e2e                            runner execute of the demo lock in that guest
+#   e2e    pytest -m e2e                            runner execute of the demo lock in that guest, then
+#                                                   the real tasks (locks/tb21.toml) in lab "tb21"
 # TIERS="fast vm" runs a subset. pytest's exit code 5 ("no tests collected") counts as a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
