@@ -50,9 +50,8 @@ def _judged(lab: LabState) -> dict[str, bool]:
     return {score.task: score.judges for score in manifest.oracle}
 
 
-def test_every_oracle_scored_1_at_the_freeze(tb21_lab: tuple[LabState, str]) -> None:
-    lab, output = tb21_lab
-    print(output)
+def test_every_oracle_scored_1_at_the_freeze(tb21_lab: LabState) -> None:
+    lab = tb21_lab
     manifest = read_model(FreezePaths.for_lab(lab.lab).manifest, FreezeManifest)
     scores = {score.task: score.reward for score in manifest.oracle}
     timing_sensitive = set(load_lock(LOCK).tasks.timing_sensitive)
@@ -63,9 +62,9 @@ def test_every_oracle_scored_1_at_the_freeze(tb21_lab: tuple[LabState, str]) -> 
 
 
 def test_real_tasks_pass_with_the_reference_and_fail_with_the_wrong_answer(
-    tb21_lab: tuple[LabState, str], tmp_path: Path
+    tb21_lab: LabState, tmp_path: Path
 ) -> None:
-    lab, _ = tb21_lab
+    lab = tb21_lab
     run_dir = tmp_path / "tb21"
     result = execute(str(LOCK), "--run-dir", str(run_dir), "--lab", lab.lab)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
@@ -113,12 +112,12 @@ def test_real_tasks_pass_with_the_reference_and_fail_with_the_wrong_answer(
 
 
 def test_a_verifier_dependency_missing_from_the_frozen_set_is_verifier_setup(
-    tb21_lab: tuple[LabState, str], tmp_path: Path
+    tb21_lab: LabState, tmp_path: Path
 ) -> None:
     """The mirror withholds pytest-json-ctrf (a fault for this test); the first cell's verifier
     cannot install it, writes reward 0, and the cell is indeterminate, the miss named. The run
     is stopped after that cell."""
-    lab, _ = tb21_lab
+    lab = tb21_lab
     lock = tmp_path / "tb21-reference.toml"
     text = LOCK.read_text()
     lock.write_text(text[: text.index('[[models]]\nid = "wrong"')])
