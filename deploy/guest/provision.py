@@ -254,6 +254,7 @@ def _task_bundles(
     lock: Lock, resolution: Resolution, store: ArtifactStore, paths: CachePaths
 ) -> tuple[Bundle, ...]:
     """The lock's Harbor task dirs as the lab runs them (derived by the lock's rules), packed."""
+    paths.tmp.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="derived-tasks-", dir=paths.tmp) as work:
         return tuple(
             Bundle(

@@ -54,6 +54,7 @@ def derive_tasks(
 def task_derivations(lock: Lock, recorded: tuple[ResolvedTask, ...]) -> tuple[TaskDerivation, ...]:
     """The derivations alone (the trees are made in a temporary directory and dropped)."""
     paths = CachePaths.default()
+    paths.tmp.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="task-derivations-", dir=paths.tmp) as work:
         return tuple(
             derivation for derivation, _ in derive_tasks(lock, recorded, paths, Path(work))
