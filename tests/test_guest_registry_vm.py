@@ -61,9 +61,15 @@ def guest(vm_lab: LabState) -> Iterator[GuestTransport]:  # noqa: F811
     with SshTransport(
         state.ssh_host, state.ssh_port, Path(state.private_key), state.ssh_user
     ).connect(120) as transport:
+        # The artifact share, as provisioning has it (a freeze unmounts it: QEMU cannot save a
+        # guest with a 9p export mounted); unmounted again at the end, as the freeze left it.
+        share = GUEST.artifacts_mount
+        transport.check(f"mountpoint -q {share} || mount {share}", timeout=120)
         yield transport
         transport.exec(
-            f"podman rmi --force {CHILD} {FROM_NAME} >/dev/null 2>&1; rm -rf {CONTEXT}", timeout=300
+            f"podman rmi --force {CHILD} {FROM_NAME} >/dev/null 2>&1; rm -rf {CONTEXT}; "
+            f"umount {share}",
+            timeout=300,
         )
 
 
