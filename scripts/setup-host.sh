@@ -11,7 +11,7 @@ apt_packages=(
   mmdebstrap arch-test qemu-user-static binfmt-support e2fsprogs
   openssh-client git sqlite3 tini socat cpio
   ripgrep fd-find
-  skopeo docker-registry
+  skopeo docker-registry strace
   chromium-headless-shell
   python3-venv python3-dev build-essential
 )

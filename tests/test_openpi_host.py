@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -211,7 +212,10 @@ def _run_pi(
     recorder: ConnectionRecorder,
     extension: bool,
     script: ProviderScript = WRITE_ANSWER,
+    trace: Path | None = None,
 ) -> tuple[Started, object]:
+    """Pi (with OpenPI installed when ``extension``) through a real proxy; with ``trace``, under
+    strace, every socket connect and datagram send of it and its children written there."""
     lock = load_lock(DEMO)
     node = runtime_binary("node", lock.tools.node)
     pi = (
@@ -255,13 +259,28 @@ def _run_pi(
         (agent_dir / models_file_name("pi")).write_text(
             json.dumps(models_config("pi", model, proxy.base_url))
         )
+        traced = ["strace", "-f", "-qq", "-e", "trace=connect,sendto,sendmsg", "-o", str(trace)]
         done = subprocess.run(
-            [str(pi), *agent_command(model, "Write the answer.")],
+            [*(traced if trace else []), str(pi), *agent_command(model, "Write the answer.")],
             env={**env, BEARER_ENV: bearer}, cwd=work, capture_output=True, text=True,
             timeout=300, check=False,
         )  # fmt: skip
         counts = proxy.close_cell("cell-1")
     return Started(done.returncode, done.stderr, counts.first_request, done.stdout), counts
+
+
+_INET = re.compile(
+    r'sin6?_port=htons\((\d+)\), (?:sin_addr=inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6, "([^"]+)")'
+)
+
+
+def _inet_destinations(strace_output: str) -> set[tuple[str, int]]:
+    """(address, port) of every AF_INET/AF_INET6 connect, sendto or sendmsg strace printed."""
+    found = set()
+    for match in _INET.finditer(strace_output):
+        port, v4, v6 = match.groups()
+        found.add((v4 or v6, int(port)))
+    return found
 
 
 @pytest.fixture
@@ -275,8 +294,9 @@ def test_pi_loads_all_openpi_extensions_and_offers_their_tools(
     openpi_tree: Path, tmp_path: Path
 ) -> None:
     recorder = ConnectionRecorder()
-    bare, _ = _run_pi(openpi_tree, tmp_path / "bare", recorder, extension=False)
-    with_openpi, _ = _run_pi(openpi_tree, tmp_path / "openpi", recorder, extension=True)
+    traces = tmp_path / "bare.strace", tmp_path / "openpi.strace"
+    bare, _ = _run_pi(openpi_tree, tmp_path / "bare", recorder, False, trace=traces[0])
+    with_openpi, _ = _run_pi(openpi_tree, tmp_path / "openpi", recorder, True, trace=traces[1])
     assert bare.returncode == 0, bare.stderr
     assert with_openpi.returncode == 0, with_openpi.stderr
     assert "Cannot find module" not in with_openpi.stderr
@@ -287,6 +307,13 @@ def test_pi_loads_all_openpi_extensions_and_offers_their_tools(
     assert isinstance(bare_first, PromptFootprint) and isinstance(openpi_first, PromptFootprint)
     print(f"bare: {bare_first}\nopenpi: {openpi_first}")
     assert recorder.connections == []  # nothing but the proxy was reached
+    # Issue #12: Pi's and OpenPI's start-up make no network attempt but to the proxy: every inet
+    # connect or datagram the kernel saw from them (strace -f), DNS included, went to loopback.
+    for trace in traces:
+        destinations = _inet_destinations(trace.read_text())
+        print(f"{trace.name}: {sorted(destinations)}")
+        assert destinations and all(address == "127.0.0.1" for address, _ in destinations)
+        assert not any(port == 53 for _, port in destinations)
     assert openpi_first.overhead_bytes > bare_first.overhead_bytes
     # Bare Pi: its four tools. OpenPI in "adaptive" discovery adds its gateway alone (its
     # bash/edit/write re-registrations keep Pi's names and schemas, only the TUI renderers change).
