@@ -30,10 +30,12 @@ def main() -> None:
     args = parser.parse_args()
     lab = load_lab_state(LabPaths.for_lab(args.lab))
     lock = load_resolved_lock(args.lock)
-    mirror = lab_mirror(args.lab, resolution_path(args.lock, lock))
     scores = []
     try:
-        with guest_transport(lab).connect(60) as guest:
+        with (
+            lab_mirror(args.lab, resolution_path(args.lock, lock)),
+            guest_transport(lab).connect(60) as guest,
+        ):
             for number in range(1, args.runs + 1):
                 run = run_oracle(guest, args.task)
                 output = ORACLE_TRIALS / f"oracle-{args.task}" / "verifier" / "test-stdout.txt"
@@ -44,8 +46,6 @@ def main() -> None:
                     scores.append(run.reward == 1)
                 guest.check(f"rm -rf {ORACLE_TRIALS}", timeout=120)
     finally:
-        mirror.terminate()
-        mirror.wait(timeout=10)
         reset_lab(args.lab)
     print(f"{args.task} on lab {args.lab} ({lab.acceleration.kind}): {sum(scores)} of "
           f"{len(scores)} oracle runs with a verdict scored 1 ({args.runs} run)")  # fmt: skip

@@ -21,7 +21,7 @@ from pyinfra.facts.deb import DebPackages
 
 from deploy.guest.facts import ImageDigest, ImageLabel, UnitStamp
 from runner.lab.layout import GUEST
-from runner.lab.mirror import lab_mirror
+from runner.lab.mirror import start_lab_mirror
 from runner.lab.state import LabPaths, guest_machine, load_lab_state
 from runner.lab.transport import GuestError
 
@@ -230,7 +230,7 @@ _MIRRORS: dict[Mirror, subprocess.Popen[bytes]] = {}
 
 def _mirror_serving(mirror: Mirror) -> None:
     if mirror not in _MIRRORS:
-        _MIRRORS[mirror] = lab_mirror(mirror.lab, Path(mirror.resolution_file))
+        _MIRRORS[mirror] = start_lab_mirror(mirror.lab, Path(mirror.resolution_file))
         atexit.register(_MIRRORS[mirror].terminate)
 
 

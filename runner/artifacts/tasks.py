@@ -63,7 +63,7 @@ def check_recorded(recorded: tuple[ResolvedTask, ...], found: tuple[ResolvedTask
     found_by_id = {task.id: task for task in found}
     for task in recorded:
         now = found_by_id.get(task.id)
-        if now is None or now != task:
+        if now != task:
             tree = now.tree if now else "nothing"
             raise RunnerError(
                 f"task {task.id}: commit {task.commit} gives tree {tree}, "

@@ -40,7 +40,7 @@ from runner.core.errors import RunnerError
 from runner.guest.agent_plan import CONTAINER
 from runner.lab import egress
 from runner.lab.layout import DOCKER_HOST, GUEST, GUEST_PROXY_URL
-from runner.lab.mirror import MirrorRequest, read_requests
+from runner.lab.mirror import MirrorRequest, log_end, read_requests
 from runner.lab.transport import GuestError, GuestTransport
 from runner.provider.script import script_for
 from runner.proxy import CredentialProxy, ProxyCellCounts
@@ -214,7 +214,7 @@ class CellRunner:
         """One attempt's line (not yet in the ledger), and what raised when a phase did."""
         attempt = _Attempt(cell, ledger.begin_attempt(cell), retried=ledger.retried(cell.id))
         if self.mirror_log is not None:
-            attempt.mirror_offset = read_requests(self.mirror_log, 0)[1]
+            attempt.mirror_offset = log_end(self.mirror_log)
         try:
             return self._phases(attempt), None
         except Exception as error:

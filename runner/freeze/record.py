@@ -107,12 +107,8 @@ def _oracle_scores(
     # Timing-sensitive tasks (lock tasks.timing_sensitive) are held strictly under KVM only.
     emulated = lab.acceleration.kind == "tcg"
     tolerated = frozenset(lock.tasks.timing_sensitive) if emulated else frozenset()
-    mirror = lab_mirror(lab.lab, resolution_path(lock_path, lock))
-    try:
+    with lab_mirror(lab.lab, resolution_path(lock_path, lock)):
         runs = oracle_smoke(guest, lock.tasks.ids, tolerated)
-    finally:
-        mirror.terminate()
-        mirror.wait(timeout=10)
     return tuple(
         OracleScore(
             task=r.task, reward=r.reward or 0.0, seconds=r.seconds, verifier_last_lines=r.last_lines

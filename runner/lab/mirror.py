@@ -145,6 +145,11 @@ class MirrorLog:
             log.write(line)
 
 
+def log_end(path: Path) -> int:
+    """Where the log ends now: a cell's own requests are the lines after it."""
+    return path.stat().st_size if path.is_file() else 0
+
+
 def read_requests(path: Path, offset: int) -> tuple[tuple[MirrorRequest, ...], int]:
     """The log's lines from byte ``offset`` on, and the offset after them."""
     if not path.is_file():
@@ -306,13 +311,27 @@ def start_mirror(
     raise RunnerError(f"the lab's package mirror did not listen on 127.0.0.1:{port}")
 
 
-def lab_mirror(lab: str, resolution_file: Path) -> subprocess.Popen[bytes]:
-    """The lab's mirror started on its port (lab.json), logging to the lab's mirror log."""
+def _lab_port(lab: str) -> tuple[int, Path]:
+    """The lab's mirror port (lab.json) and its mirror log."""
     paths = LabPaths.for_lab(lab)
     state = load_lab_state(paths)
     if state.mirror_port is None:
         raise RunnerError(f"lab {lab}: no mirror port in {paths.state}: deploy the lab again")
-    return start_mirror(resolution_file, state.mirror_port, paths.mirror_log)
+    return state.mirror_port, paths.mirror_log
+
+
+def start_lab_mirror(lab: str, resolution_file: Path) -> subprocess.Popen[bytes]:
+    """The lab's mirror started on its port; the caller stops it (deploy: when pyinfra exits)."""
+    port, log = _lab_port(lab)
+    return start_mirror(resolution_file, port, log)
+
+
+@contextlib.contextmanager
+def lab_mirror(lab: str, resolution_file: Path, withhold: tuple[str, ...] = ()) -> Iterator[Path]:
+    """The lab's mirror on its port while the block runs; yields the lab's mirror log."""
+    port, log = _lab_port(lab)
+    with running_mirror(resolution_file, port, log, withhold):
+        yield log
 
 
 def main() -> None:

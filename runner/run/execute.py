@@ -26,7 +26,7 @@ from runner.core.files import read_model, write_atomic, write_model
 from runner.freeze.manifest import FreezeManifest
 from runner.freeze.record import guest_transport, load_freeze
 from runner.freeze.reset import reset_lab
-from runner.lab.mirror import running_mirror
+from runner.lab.mirror import lab_mirror
 from runner.lab.state import LabPaths, LabState, load_lab_state
 from runner.lab.tasks import task_derivations, upstream_root
 from runner.lab.transport import GuestTransport
@@ -154,8 +154,7 @@ class FrozenLab:
         if self.state.mirror_port is None:
             yield None
             return
-        log = LabPaths.for_lab(self.name).mirror_log
-        with running_mirror(resolution_file, self.state.mirror_port, log, self.mirror_withhold):
+        with lab_mirror(self.name, resolution_file, self.mirror_withhold) as log:
             yield log
 
 
