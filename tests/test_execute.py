@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -108,4 +110,37 @@ def test_runner_execute_says_why_in_one_line(tmp_path, monkeypatch, capsys):
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and error.startswith("runner: error: run stopped early:")
     assert "Traceback" not in error
+    assert receipt_of(run_dir)["status"] == "failed_closed"
+
+
+def test_sigterm_stops_a_run_started_with_sigterm_ignored_and_blocked(
+    tmp_path, monkeypatch, capsys
+):
+    """As a CI runner may start it: the handler is installed anyway, the run stops in its first
+    cell, the cell's proxy record and the receipt are written, one line, exit 143."""
+
+    def terminated_in_harbor(command: str) -> ExecResult:
+        if "trial start" in command:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return answer(command)
+
+    lab = FakeLab(FakeTransport(terminated_in_harbor, trial_tree(tmp_path / "t", "pass")))
+    monkeypatch.setattr("runner.run.execute.FrozenLab.load", lambda *_: lab)
+    run_dir = tmp_path / "run"
+    argv = ["runner", "execute", str(DEMO), "--run-dir", str(run_dir), "--lab", "fake"]
+    monkeypatch.setattr(sys, "argv", argv)
+    handler = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        with pytest.raises(SystemExit) as exited:
+            main()
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    assert exited.value.code == 143
+    error = capsys.readouterr().err.strip()
+    assert error == "runner: stopped by SIGTERM; what finished is recorded"
+    paths = RunPaths(run_dir)
+    assert Ledger(paths).lines() == []
+    (record,) = paths.attempts_dir.glob("*/attempt-1.json")  # the interrupted cell's attempt
+    assert paths.proxy_counts(record.parent.name).exists()
     assert receipt_of(run_dir)["status"] == "failed_closed"

@@ -136,7 +136,7 @@ def test_a_verifier_dependency_missing_from_the_frozen_set_is_verifier_setup(
         assert time.monotonic() - started < 1800, "the first cell did not end in 30 minutes"
         time.sleep(5)
     os.kill(runner.pid, signal.SIGTERM)
-    runner.wait(timeout=300)
+    assert runner.wait(timeout=300) == 128 + signal.SIGTERM
     (line, *_) = ledger.lines()
     print(f"{line.cell_id}: {line.outcome} ({line.reason}); mirror {line.mirror}")
     assert (line.outcome, line.failure_class) == ("indeterminate", "verifier_setup")

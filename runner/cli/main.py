@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+from types import FrameType
 
 import click
 
@@ -36,13 +38,34 @@ cli.add_command(reset_command)
 cli.add_command(execute_command)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the runner was: it unwinds as Ctrl-C does (the cell's proxy record
+    and the run's receipt are written; finished cells stay in the ledger)."""
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM stops the runner even when it was started with SIGTERM ignored or blocked: both
+    are inherited through exec, and CI runners start their children so (a run once went on for
+    two more cells after a SIGTERM)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    signal.signal(signal.SIGTERM, _raise_terminated)
+
+
 def main() -> None:
+    stop_on_sigterm()
     try:
         cli.main(standalone_mode=False)
     except RunnerError as error:
         click.echo(f"runner: error: {error}", err=True)
         sys.exit(error.exit_code)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as abort:  # click turns a KeyboardInterrupt into Abort
+        if isinstance(abort.__cause__, Terminated):
+            click.echo("runner: stopped by SIGTERM; what finished is recorded", err=True)
+            sys.exit(128 + signal.SIGTERM)
         click.echo("runner: aborted", err=True)
         sys.exit(130)
     except click.ClickException as error:
