@@ -6,6 +6,7 @@ A real server process on a free 127.0.0.1 port, serving a resolution made here: 
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import urllib.error
@@ -122,3 +123,18 @@ def test_a_withheld_package_is_a_miss(tmp_path, mirror):
         assert _get(f"http://127.0.0.1:{port}/simple/bench-tool/")[0] == 404
     ((request,), _) = read_requests(log, 0)
     assert (request.item, request.miss) == ("pypi:bench-tool", True)
+
+
+def test_the_mirror_stops_on_sigterm_even_when_its_parent_ignores_it(tmp_path, mirror):
+    """An ignored SIGTERM survives exec; the mirror takes it back, so running_mirror's
+    terminate() ends it (else its wait would time out)."""
+    resolution_file = tmp_path / "mirror-test.resolved.json"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    handler = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        with running_mirror(resolution_file, port, tmp_path / "ignored.jsonl"):
+            assert _get(f"http://127.0.0.1:{port}/simple/bench-tool/")[0] == 200
+    finally:
+        signal.signal(signal.SIGTERM, handler)

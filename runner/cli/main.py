@@ -19,6 +19,7 @@ from runner.cli.status import status_command
 from runner.cli.teardown import teardown_command
 from runner.cli.verify import verify_command
 from runner.core.errors import RunnerError
+from runner.core.signals import take_sigterm
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -47,16 +48,10 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise Terminated
 
 
-def stop_on_sigterm() -> None:
-    """SIGTERM stops the runner even when it was started with SIGTERM ignored or blocked: both
-    are inherited through exec, and CI runners start their children so (a run once went on for
-    two more cells after a SIGTERM)."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-    signal.signal(signal.SIGTERM, _raise_terminated)
-
-
 def main() -> None:
-    stop_on_sigterm()
+    # Even when started with SIGTERM ignored (runner/core/signals.py): a run in CI once went on
+    # for two more cells after its SIGTERM.
+    take_sigterm(_raise_terminated)
     try:
         cli.main(standalone_mode=False)
     except RunnerError as error:

@@ -47,6 +47,7 @@ from runner.cache.store import ArtifactStore
 from runner.core.errors import RunnerError
 from runner.core.files import read_model
 from runner.core.models import FrozenModel
+from runner.core.signals import take_sigterm
 from runner.lab.state import LabPaths, load_lab_state
 from runner.spec.resolution import PinnedArtifact, Resolution
 
@@ -341,6 +342,7 @@ def main() -> None:
     parser.add_argument("--log", type=Path, required=True)
     parser.add_argument("--withhold", action="append", default=[])
     args = parser.parse_args()
+    take_sigterm()  # running_mirror stops it with SIGTERM, whatever its parent ignored
     try:
         serve(args.resolution, args.port, args.log, frozenset(map(project_name, args.withhold)))
     except (RunnerError, OSError) as error:
