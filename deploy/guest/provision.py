@@ -29,6 +29,7 @@ from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.errors import RunnerError
 from runner.core.oci import read_oci_archive
 from runner.core.roots import REPO_ROOT
+from runner.guest import warm_harbor
 from runner.lab import egress
 from runner.lab.layout import AGENT_USER, ARTIFACTS_MOUNT_TAG, GUEST, GUEST_MIRROR_URL
 from runner.lab.tasks import derive_tasks
@@ -483,6 +484,35 @@ def _harbor_installed(plan: GuestPlan) -> None:
         name="The runner package on the Harbor venv's path",
         src=io.StringIO(f"{GUEST.python_path}\n"),
         dest=str(GUEST.site_packages / "bench-runner.pth"),
+    )
+    unit = files.put(
+        name=f"The warm Harbor process's unit ({warm_harbor.UNIT})",
+        src=io.StringIO(_warm_harbor_unit()),
+        dest=f"/etc/systemd/system/{warm_harbor.UNIT}",
+    )
+    # Started here so a guest is never without it; `runner freeze` restarts it right before
+    # the guest is saved, so the frozen one has served nothing.
+    systemd.service(
+        name="The warm Harbor process waiting for a cell",
+        service=warm_harbor.UNIT,
+        running=True,
+        restarted=unit.did_change,
+        daemon_reload=unit.did_change,
+    )
+
+
+def _warm_harbor_unit() -> str:
+    """Harbor's venv Python on runner/guest/warm_harbor.py. It serves one cell and ends (no
+    restart: the next cell's reset brings it back waiting); HOME as a root SSH session's."""
+    return (
+        "[Unit]\n"
+        "Description=A warm Harbor process for the next cell (runner/guest/warm_harbor.py)\n"
+        "After=podman.socket\n\n"
+        "[Service]\n"
+        f"ExecStart={GUEST.harbor_venv}/bin/python -m runner.guest.warm_harbor\n"
+        "Environment=HOME=/root\n"
+        "WorkingDirectory=/root\n"
+        "Restart=no\n"
     )
 
 

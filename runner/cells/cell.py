@@ -18,7 +18,6 @@ naming the exception and the phase. Whether the run goes on is then decided by w
 from __future__ import annotations
 
 import json
-import shlex
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -32,12 +31,19 @@ from runner.cells.accounting import (
     reconcile,
     request_sums,
 )
-from runner.cells.classify import classify, find_result
+from runner.cells.classify import (
+    HARBOR_LAUNCHED_AT,
+    classify,
+    find_result,
+    harbor_process,
+    launched_at,
+)
 from runner.cells.failure_class import Evidence, failure_class, harbor_evidence
 from runner.cells.verifier_setup import verifier_setup_problem
 from runner.core.canonical import file_digest
 from runner.core.errors import RunnerError
 from runner.guest.agent_plan import CONTAINER
+from runner.guest.warm_harbor import WarmRequest, launch_command
 from runner.lab import egress
 from runner.lab.layout import DOCKER_HOST, GUEST, GUEST_PROXY_URL
 from runner.lab.mirror import MirrorRequest, log_end, read_requests
@@ -67,6 +73,7 @@ AGENT_CLASSES = {
     "pi": "runner.guest.harbor_agents:PiAgent",
     "omp": "runner.guest.harbor_agents:OmpAgent",
 }
+HARBOR_ENVIRONMENT = "runner.guest.harbor_environment:FrozenLabEnvironment"
 AGENT_EVENT_LOG = CONTAINER.event_log.name  # /logs/agent is <trial>/agent on the host side
 
 # The guest runs one cell at a time, so every process in the cell's process group and every
@@ -151,8 +158,9 @@ class CellRunner:
 
     def harbor_command(self, cell: Cell, bearer: str) -> str:
         """Harbor in its own process group (so the deadline can kill the whole tree), its log
-        beside the trial; the bearer travels only in Harbor's environment. The guest's record of
-        refused egress is emptied first, so what it holds after the cell is the cell's."""
+        beside the trial; the bearer travels only in Harbor's environment. Harbor is the warm
+        process the freeze left waiting when there is one (runner/guest/warm_harbor.py). The
+        guest's record of refused egress is emptied first: what it holds after is the cell's."""
         harness = next(h for h in self.lock.harnesses if h.id == cell.harness)
         model = self.model(cell)
         runtime = {"node": self.lock.tools.node, "bun": self.lock.tools.bun}[harness.runtime]
@@ -163,7 +171,6 @@ class CellRunner:
         }
         trials = str(GUEST.trials(cell.id))
         arguments = [
-            str(GUEST.harbor),
             "trial",
             "start",
             "--path",
@@ -184,13 +191,19 @@ class CellRunner:
             f"runtime_version={runtime}",
             "--mounts",
             json.dumps(GUEST.container_mounts),
+            "--env",
+            HARBOR_ENVIRONMENT,
         ]
-        exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in environment.items())
-        inner = f"echo $$ > {CELL_PGID_FILE}; exec env {exports} {shlex.join(arguments)}"
-        return (
-            f"{egress.RESET_COMMAND}; rm -rf {trials} && mkdir -p {trials} && "
-            f"setsid bash -c {shlex.quote(inner)} > {trials}/harbor.log 2>&1"
+        if self.reset_guest is not None:  # the reset discards the cell's containers
+            arguments += ["--environment-kwarg", "leave_for_reset=true"]
+        request = WarmRequest(
+            argv=tuple(arguments),
+            environment=environment,
+            log=f"{trials}/harbor.log",
+            pgid_file=CELL_PGID_FILE,
         )
+        launch = launch_command(request, str(GUEST.harbor), f"{trials}/{HARBOR_LAUNCHED_AT}")
+        return f"{egress.RESET_COMMAND}; rm -rf {trials} && mkdir -p {trials} && {launch}"
 
     def run(self, cell: Cell, ledger: Ledger) -> LedgerLine:
         """Run one cell and append its ledger line; raises ``RunAborted`` when the run must stop
@@ -304,7 +317,7 @@ class CellRunner:
         logical = count_logical_attempts_in(events) if events else None
         reconciliation = reconcile(logical, attempt.counts) if logical else None
         if harbor is not None:
-            attempt.timer.seconds.update(harbor.phase_seconds())
+            attempt.timer.seconds.update(harbor.phase_seconds(launched_at(attempt.trial_root)))
         reason += killed
         if reconciliation and reconciliation.problems:
             reason = f"{reason}; accounting: {'; '.join(reconciliation.problems)}"
@@ -359,6 +372,7 @@ class CellRunner:
             agent_peak_memory_bytes=cgroup.memory_peak_bytes if cgroup else None,
             mirror=_mirror_use(attempt.mirror),
             egress_refused=attempt.refused_egress,
+            harbor_process=harbor_process(attempt.trial_root) if attempt.trial_root else None,
         )
 
     def _go_on_after(self, error: Exception, failure: Failure, cell: Cell) -> None:

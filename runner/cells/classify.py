@@ -6,12 +6,16 @@ ignore the rest (``extra="ignore"`` here only).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from runner.guest.warm_harbor import HARBOR_PROCESS, HarborProcess
 from runner.records.ledger import Outcome
+
+# Beside Harbor's trial directory: the guest's clock (`date +%s.%N`) as the cell launched Harbor.
+HARBOR_LAUNCHED_AT = "harbor-launched-at"
 
 
 class _HarborModel(BaseModel):
@@ -39,6 +43,8 @@ class _Exception(_HarborModel):
 
 
 class HarborTrialResult(_HarborModel):
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
     verifier_result: _Verifier | None = None
     exception_info: _Exception | None = None
     environment_setup: _Timing | None = None
@@ -60,14 +66,42 @@ class HarborTrialResult(_HarborModel):
             "verifier": self.verifier,
         }
 
-    def phase_seconds(self) -> dict[str, float]:
-        return {name: round(timing.seconds, 3) for name, timing in self._phases().items() if timing}
+    def phase_seconds(self, launched_at: datetime | None = None) -> dict[str, float]:
+        """Harbor's phases, and around them (on the guest's clock, as Harbor's own times):
+        ``harbor_startup`` from Harbor's launch to its trial's start, ``harbor_teardown`` from
+        the end of its last phase to the trial's end."""
+        phases = {name: timing for name, timing in self._phases().items() if timing}
+        seconds = {name: round(timing.seconds, 3) for name, timing in phases.items()}
+        if launched_at is not None and self.started_at is not None:
+            seconds["harbor_startup"] = round((self.started_at - launched_at).total_seconds(), 3)
+        ended = [t.finished_at for t in phases.values() if t.finished_at is not None]
+        if ended and self.finished_at is not None:
+            seconds["harbor_teardown"] = round((self.finished_at - ended[-1]).total_seconds(), 3)
+        return seconds
 
     @property
     def last_phase_started(self) -> str | None:
         """The last of Harbor's phases that has a start time: where an exception struck."""
         started = [name for name, t in self._phases().items() if t and t.started_at is not None]
         return started[-1] if started else None
+
+
+def launched_at(trial_root: Path) -> datetime | None:
+    """When the cell launched Harbor, on the guest's clock (the cell's command writes it)."""
+    marker = trial_root / HARBOR_LAUNCHED_AT
+    try:
+        return datetime.fromtimestamp(float(marker.read_text()), UTC)
+    except (OSError, ValueError):
+        return None
+
+
+def harbor_process(trial_root: Path) -> HarborProcess | None:
+    """Whether the cell's Harbor was the warm process or a cold start (the cell's command says)."""
+    try:
+        said = (trial_root / HARBOR_PROCESS).read_text().strip()
+    except OSError:
+        return None
+    return "warm" if said == "warm" else "cold" if said == "cold" else None
 
 
 def find_result(trial_root: Path) -> Path | None:

@@ -29,6 +29,8 @@ FileEntry = Annotated[str, Field(pattern=r"^(sha256:[0-9a-f]{64}|symlink:.*)$")]
 
 # An nftables table as nft names it: "<family> <name>".
 NftTable = Annotated[str, Field(pattern=r"^(ip|ip6|inet|arp|bridge|netdev) [A-Za-z0-9_-]+$")]
+# A unit's process as frozen: its pid, and whether it waits (a reset restores both).
+WaitingEntry = Annotated[str, Field(pattern=r"^pid \d+ (waiting|not waiting)$")]
 # A loaded table: the sha256 of its rules as listed, or "absent".
 NftEntry = Annotated[str, Field(pattern=r"^(sha256:[0-9a-f]{64}|absent)$")]
 
@@ -36,7 +38,7 @@ NftEntry = Annotated[str, Field(pattern=r"^(sha256:[0-9a-f]{64}|absent)$")]
 class FreezeScope(FrozenModel):
     """Which paths are frozen (see runner/freeze/scope.toml for the meaning of each field)."""
 
-    LATE_FIELDS = frozenset({"nft_tables"})
+    LATE_FIELDS = frozenset({"nft_tables", "waiting_units"})
 
     files: tuple[str, ...]
     trees: tuple[AbsolutePath, ...]
@@ -45,6 +47,8 @@ class FreezeScope(FrozenModel):
     venv_roots: tuple[AbsolutePath, ...] = ()
     venv_search_depth: int = Field(default=3, ge=1, le=8)
     nft_tables: tuple[NftTable, ...] = ()
+    # systemd unit -> the FIFO that exists while its process waits for a cell (warm Harbor).
+    waiting_units: dict[str, AbsolutePath] = Field(default_factory=dict)
 
 
 class Tree(FrozenModel):
@@ -90,10 +94,11 @@ class Collected(FrozenModel):
     images: tuple[PodmanImage, ...]
     listening: tuple[Socket, ...]
     nft_tables: dict[NftTable, NftEntry] = Field(default_factory=dict)
+    waiting: dict[str, WaitingEntry] = Field(default_factory=dict)
 
 
 class GuestState(FrozenModel):
-    LATE_FIELDS = frozenset({"nft_tables"})
+    LATE_FIELDS = frozenset({"nft_tables", "waiting"})
 
     kernel: str
     packages: dict[str, str]
@@ -104,6 +109,8 @@ class GuestState(FrozenModel):
     images: tuple[PodmanImage, ...]
     listening: tuple[Socket, ...]
     nft_tables: dict[NftTable, NftEntry] = Field(default_factory=dict)
+    # Each waiting unit of the scope: "pid <n> waiting", else "pid <n> not waiting".
+    waiting: dict[str, WaitingEntry] = Field(default_factory=dict)
 
     @classmethod
     def of(cls, collected: Collected, scope: FreezeScope) -> GuestState:

@@ -27,6 +27,7 @@ from runner.freeze.manifest import (
 )
 from runner.freeze.oracle import oracle_smoke
 from runner.freeze.paths import FreezePaths
+from runner.guest import warm_harbor
 from runner.lab.layout import GUEST
 from runner.lab.mirror import lab_mirror
 from runner.lab.snapshot import SavedState, save_frozen_state
@@ -42,6 +43,8 @@ ZERO_MEMORY_SCRIPT = "guest/zero_free_memory.py"
 # Hashing the trees under TCG is the slow part (measured: see bench/verify_reset.py).
 COLLECT_TIMEOUT_SECONDS = 900.0
 GUEST_WAIT_SECONDS = 60.0
+# Harbor's imports under TCG take ~20 s; a loaded host, more.
+WARM_HARBOR_WAIT_SECONDS = 180
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,21 @@ def collect(guest: GuestTransport, scope: FreezeScope) -> tuple[Collected, float
             else f"guest state is not JSON: {error}"
         )
         raise RunnerError(detail) from None
+
+
+def warm_harbor_waiting(guest: GuestTransport) -> None:
+    """A warm Harbor process that has served nothing, waiting for a cell, in the saved guest
+    (runner/guest/warm_harbor.py): restarted, then awaited until its request FIFO exists."""
+    waited = (
+        f"systemctl restart {warm_harbor.UNIT} && "
+        f"for _ in $(seq {WARM_HARBOR_WAIT_SECONDS * 5}); do "
+        f"[ -p {warm_harbor.REQUEST_FIFO} ] && exit 0; sleep 0.2; done; "
+        f"systemctl status --no-pager {warm_harbor.UNIT}; exit 1"
+    )
+    result = guest.exec(waited, timeout=WARM_HARBOR_WAIT_SECONDS + 30)
+    if not result.ok:
+        last = ((result.stdout + result.stderr).strip().splitlines() or ["no output"])[-1]
+        raise RunnerError(f"the warm Harbor process did not start waiting: {last}")
 
 
 def zero_free_memory(guest: GuestTransport) -> None:
@@ -133,6 +151,7 @@ def freeze_lab(lab_name: str, scope: FreezeScope, lock_path: Path | None = None)
         # QEMU refuses to save a domain while a virtio-9p export is mounted in it (a migration
         # blocker); provisioning is over, so the artifact share is unmounted before the freeze.
         guest.check(f"! mountpoint -q {ARTIFACTS} || umount {ARTIFACTS}", timeout=60)
+        warm_harbor_waiting(guest)
         collected, seconds = collect(guest, scope)
         zero_free_memory(guest)
     manifest = FreezeManifest(

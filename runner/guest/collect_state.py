@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from typing import Any
@@ -139,6 +140,17 @@ def nft_tables(tables: list[str]) -> dict[str, str]:
     return found
 
 
+def waiting(units: dict[str, str]) -> dict[str, str]:
+    """Each unit's main pid (0: not running), and whether its FIFO says it waits for a cell."""
+    found = {}
+    for unit, fifo in units.items():
+        pid = run("systemctl", "show", "-p", "MainPID", "--value", unit).strip() or "0"
+        is_fifo = os.path.exists(fifo) and stat.S_ISFIFO(os.stat(fifo).st_mode)
+        state = "waiting" if is_fifo else "not waiting"
+        found[unit] = f"pid {pid} {state}"
+    return found
+
+
 def main() -> None:
     scope = json.loads(sys.argv[1])
     state = {
@@ -150,6 +162,7 @@ def main() -> None:
         "images": images() if shutil.which("podman") else [],
         "listening": listening(),
         "nft_tables": nft_tables(scope.get("nft_tables", [])),
+        "waiting": waiting(scope.get("waiting_units", {})),
     }
     json.dump(state, sys.stdout, sort_keys=True)
 

@@ -24,6 +24,7 @@ from pathlib import PurePosixPath
 from typing import ClassVar
 
 from runner.guest.agent_plan import DEFAULT_ARTIFACTS_DIR, ArtifactPaths
+from runner.guest.task_images import task_image
 
 ARTIFACTS_MOUNT_TAG = "artifacts"
 AGENT_USER = "bench"
@@ -119,8 +120,8 @@ class GuestLayout:
         return self.tasks_dir / task_id
 
     def task_image(self, task_id: str) -> str:
-        """The task's image, built when the guest is provisioned (Harbor's build reuses it)."""
-        return f"localhost/bench-task-{task_id}:frozen"
+        """The task's image, built when the guest is provisioned (every cell's container's)."""
+        return task_image(task_id)
 
     def trials(self, cell: str) -> PurePosixPath:
         return self.trials_dir / cell

@@ -20,6 +20,7 @@ from runner.core.canonical import file_digest
 from runner.core.errors import InputError, RunnerError, describe_validation_error
 from runner.core.files import read_model, write_model
 from runner.core.models import FailureClass, FrozenModel, Sha256
+from runner.guest.warm_harbor import HarborProcess
 from runner.lab.egress import RefusedEgress
 from runner.records.paths import RunPaths
 from runner.records.prompt import PromptFootprint
@@ -69,6 +70,7 @@ class LedgerLine(FrozenModel):
             "agent_peak_memory_bytes",
             "mirror",
             "egress_refused",
+            "harbor_process",
         }
     )
 
@@ -112,6 +114,9 @@ class LedgerLine(FrozenModel):
     # hermeticity, not a verdict. () nothing was refused; None not recorded (older lines, a cell
     # that ended before the read, a guest whose firewall could not be read).
     egress_refused: tuple[RefusedEgress, ...] | None = None
+    # Harbor as the cell ran it: the warm process the freeze left (runner/guest/warm_harbor.py)
+    # or a cold start (a guest without one waiting). None: not recorded.
+    harbor_process: HarborProcess | None = None
 
     @model_validator(mode="after")
     def _unattributed_matches_counts(self) -> LedgerLine:

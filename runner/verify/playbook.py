@@ -190,6 +190,16 @@ def _nft_command(manifest: FreezeManifest) -> str:
     )
 
 
+def _waiting_command(manifest: FreezeManifest) -> str:
+    """``<unit><TAB>pid <n> waiting|not waiting`` of each waiting unit (as the freeze collects)."""
+    return "true; " + "".join(
+        f"pid=$(systemctl show -p MainPID --value {shlex.quote(unit)} 2>/dev/null); "
+        f"if [ -p {shlex.quote(fifo)} ]; then state=waiting; else state='not waiting'; fi; "
+        f'printf \'%s\\tpid %s %s\\n\' {shlex.quote(unit)} "${{pid:-0}}" "$state"; '
+        for unit, fifo in manifest.scope.waiting_units.items()
+    )
+
+
 PROBES: tuple[Probe, ...] = (
     Probe(
         "kernel",
@@ -234,6 +244,12 @@ PROBES: tuple[Probe, ...] = (
         lambda m: {socket.label: LISTENING for socket in m.state.listening},
     ),
     Probe("nft", _nft_command, _lines_to_map("nft_seen"), lambda m: dict(m.state.nft_tables)),
+    Probe(
+        "waiting",
+        _waiting_command,
+        _lines_to_map("waiting_seen"),
+        lambda m: dict(m.state.waiting),
+    ),
 )
 
 
