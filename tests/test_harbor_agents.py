@@ -125,12 +125,17 @@ def test_scripts_follow_the_lock(
 
     configure = configure_script(plan)
     assert f"> /opt/bench/agent/{models_file}" in configure
-    installs = [line for line in configure.splitlines() if " install " in line]
-    assert installs == [
-        f"{harness_bin}/{command} install /bench/artifacts/{tree}/node_modules/{name}"
-        for name in names
-    ]
-    models = json.loads(shlex.split(configure.splitlines()[-1 - len(installs)])[2])
+    words = shlex.split(configure)  # a word written to a file: the one before ">" and the file
+    written = {words[i + 1]: words[i - 1] for i, word in enumerate(words) if word == ">"}
+    assert " install " not in configure  # the extensions' registration is written, not run
+    settings = written.get("/opt/bench/agent/settings.json")
+    if names:  # each extension by its path from the agent dir (as `pi install` writes it)
+        assert settings is not None
+        packages = json.loads(settings)["packages"]
+        assert packages == [f"../../../bench/artifacts/{tree}/node_modules/{n}" for n in names]
+    else:
+        assert settings is None
+    models = json.loads(written[f"/opt/bench/agent/{models_file}"])
     provider = models["providers"][plan.model.provider]
     assert provider["baseUrl"] == PROXY_URL
     assert provider["apiKey"] == {"pi": f"${BEARER_ENV}", "omp": BEARER_ENV}[plan.harness.agent]

@@ -25,6 +25,7 @@ from runner.artifacts.resolver import UnavailableArtifacts, resolve_lock
 from runner.cache.paths import CachePaths
 from runner.cache.store import ArtifactStore
 from runner.core.files import read_model
+from runner.guest.agent_plan import CONTAINER, AgentPlan, registered_extensions
 from runner.guest.harness_config import BEARER_ENV, agent_command, models_config, models_file_name
 from runner.provider.script import ProviderScript, ToolCall, Turn
 from runner.proxy import CredentialProxy
@@ -340,3 +341,37 @@ def test_openpi_tools_load_and_run_offline(openpi_tree: Path, tmp_path: Path) ->
     for tool in ("fd", "rg", "subagent_spawn", "workflow", "bg_start", "tasks_add", "create_goal"):
         assert tool in loaded.split("Activated tools: ")[1].split(".")[0], loaded
     assert "seed.txt" in results[1][2] and "seed" in results[2][2]
+
+
+def test_the_written_registration_is_what_pi_install_writes(
+    openpi_tree: Path, tmp_path: Path
+) -> None:
+    """The configure script writes OpenPI's registration (agent_plan.registered_extensions)
+    instead of running `pi install` in every cell: the bytes Pi 0.84.2's own install leaves in a
+    fresh agent dir, for the same paths as in a task container (under a common root here)."""
+    lock = load_lock(DEMO)
+    harness = next(h for h in lock.harnesses if h.id == "pi-openpi")
+    plan = AgentPlan(
+        harness=harness,
+        model=lock.models[0],
+        runtime_version=lock.tools.node,
+        artifacts_dir="/bench/artifacts",
+        proxy_base_url="http://127.0.0.1:1",
+    )
+    root = tmp_path / "container"
+    tree = root / plan.harness_tree.relative_to("/")
+    shutil.copytree(openpi_tree, tree, symlinks=True, copy_function=os.link)
+    agent_dir = root / CONTAINER.agent_dir.relative_to("/")
+    agent_dir.mkdir(parents=True)
+    node = runtime_binary("node", lock.tools.node)
+    for extension in harness.extensions:
+        installed = subprocess.run(
+            [str(tree / "node_modules/.bin/pi"), "install",
+             str(tree / "node_modules" / str(extension.package_name))],
+            env={"PATH": f"{node.parent}:/usr/bin:/bin", "HOME": str(tmp_path),
+                 "PI_CODING_AGENT_DIR": str(agent_dir), "PI_OFFLINE": "1"},
+            cwd=tmp_path, capture_output=True, text=True, timeout=180, check=False,
+        )  # fmt: skip
+        assert installed.returncode == 0, installed.stderr
+    assert sorted(p.name for p in agent_dir.iterdir()) == ["settings.json"]
+    assert (agent_dir / "settings.json").read_text() == registered_extensions(plan)

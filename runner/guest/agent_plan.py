@@ -26,6 +26,7 @@ script still exits with the harness's exit code.
 from __future__ import annotations
 
 import json
+import posixpath
 import shlex
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -176,8 +177,8 @@ def install_script(plan: AgentPlan) -> str:
 
 
 def configure_script(plan: AgentPlan) -> str:
-    """As the agent user: the packages' settings and the models file (no secret in either), and
-    the extensions registered."""
+    """As the agent user: the packages' settings, the models file (no secret in either), and the
+    extensions registered."""
     models = json.dumps(models_config(plan.harness.agent, plan.model, plan.proxy_base_url))
     models_file = CONTAINER.agent_dir / models_file_name(plan.harness.agent)
     settings = [
@@ -185,12 +186,26 @@ def configure_script(plan: AgentPlan) -> str:
         for extension in plan.harness.extensions
         for file_name, content in extension.settings.items()
     ]
-    installs = [
-        f"{_q(plan.command)} install "
-        f"{_q(plan.harness_tree / 'node_modules' / str(extension.package_name))}"
+    registered = []
+    if plan.harness.extensions:
+        registered.append(
+            f"printf '%s' {_q(registered_extensions(plan))} > {CONTAINER.agent_dir}/settings.json"
+        )
+    return _script(plan, *settings, f"printf '%s\\n' {_q(models)} > {_q(models_file)}", *registered)
+
+
+def registered_extensions(plan: AgentPlan) -> str:
+    """Pi's settings.json as `pi install <extension>` leaves it for each extension in turn, in a
+    fresh agent dir: the extensions' paths relative to the agent dir. The same bytes in every
+    cell, so written rather than made by Pi's CLI each time (~30 s of Node's start-up under TCG;
+    tests/test_openpi_host.py compares them with what Pi 0.84.2's own install writes)."""
+    packages = [
+        posixpath.relpath(
+            plan.harness_tree / "node_modules" / str(extension.package_name), CONTAINER.agent_dir
+        )
         for extension in plan.harness.extensions
     ]
-    return _script(plan, *settings, f"printf '%s\\n' {_q(models)} > {_q(models_file)}", *installs)
+    return json.dumps({"packages": packages}, indent=2)
 
 
 def run_script(plan: AgentPlan, instruction: str) -> str:
