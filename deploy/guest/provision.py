@@ -31,7 +31,13 @@ from runner.core.oci import read_oci_archive
 from runner.core.roots import REPO_ROOT
 from runner.guest import warm_harbor
 from runner.lab import egress
-from runner.lab.layout import AGENT_USER, ARTIFACTS_MOUNT_TAG, GUEST, GUEST_MIRROR_URL
+from runner.lab.layout import (
+    AGENT_USER,
+    ARTIFACTS_MOUNT_TAG,
+    DOCKER_HOST,
+    GUEST,
+    GUEST_MIRROR_URL,
+)
 from runner.lab.tasks import derive_tasks
 from runner.spec.lock import Lock
 from runner.spec.resolution import PinnedArtifact, Resolution, load_resolution, resolution_path
@@ -41,6 +47,18 @@ from runner.spec.resolution import PinnedArtifact, Resolution, load_resolution, 
 # kernel writes it: the guest caches and reads ahead, which is safe because a blob of the store
 # never changes (its name is its digest). Measured under TCG on a loaded host: 9-14 MB/s without
 # the cache, 40-90 MB/s with it; 1.5-1.9 MB/s with the default msize.
+# Debian's podman-docker makes `docker compose` run `podman compose`, which only starts the
+# compose provider, Docker Compose, with Podman's socket as its Docker host and BuildKit off:
+# under TCG that Podman start is ~3 s of each of Harbor's dozen compose calls a cell. This
+# `docker` (first on PATH) starts Docker Compose itself, so set; the rest goes to Podman.
+DOCKER_COMMAND = f"""#!/bin/sh
+if [ "$1" = compose ]; then
+  shift
+  export DOCKER_HOST="${{DOCKER_HOST:-{DOCKER_HOST}}}" DOCKER_BUILDKIT=0
+  exec /usr/libexec/docker/cli-plugins/docker-compose "$@"
+fi
+exec /usr/bin/podman "$@"
+"""
 MOUNT_OPTIONS = ("ro", "trans=virtio", "msize=512000", "cache=0xf")
 FSTAB_OPTIONS = ",".join((*MOUNT_OPTIONS, "nofail"))
 
@@ -468,6 +486,29 @@ def _podman_served() -> None:
         running=True,
         enabled=True,
     )
+    # Kept running (the package's unit exits after 5 s idle, and each cell would start it again
+    # several times, ~2 s each under TCG, whenever the agent is quiet): started before the
+    # freeze with the warm Harbor process (its unit wants it), so it is in the saved guest.
+    never_idle = files.put(
+        name="Podman's API service never exits idle",
+        src=io.StringIO(
+            "[Service]\nExecStart=\nExecStart=/usr/bin/podman $LOGGING system service --time=0\n"
+        ),
+        dest="/etc/systemd/system/podman.service.d/50-bench.conf",
+    )
+    systemd.daemon_reload(name="systemd reads the drop-in", _if=never_idle.did_change)
+    systemd.service(
+        name="Podman's API service stopped (it starts again with the drop-in)",
+        service="podman.service",
+        running=False,
+        _if=never_idle.did_change,
+    )
+    files.put(
+        name="Harbor's docker command: compose straight to Docker Compose, the rest to Podman",
+        src=io.StringIO(DOCKER_COMMAND),
+        dest="/usr/local/bin/docker",
+        mode="755",
+    )
 
 
 def _harbor_installed(plan: GuestPlan) -> None:
@@ -507,7 +548,8 @@ def _warm_harbor_unit() -> str:
     return (
         "[Unit]\n"
         "Description=A warm Harbor process for the next cell (runner/guest/warm_harbor.py)\n"
-        "After=podman.socket\n\n"
+        "Wants=podman.service\n"
+        "After=podman.service\n\n"
         "[Service]\n"
         f"ExecStart={GUEST.harbor_venv}/bin/python -m runner.guest.warm_harbor\n"
         "Environment=HOME=/root\n"

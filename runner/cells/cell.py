@@ -45,7 +45,7 @@ from runner.core.errors import RunnerError
 from runner.guest.agent_plan import CONTAINER
 from runner.guest.warm_harbor import WarmRequest, launch_command
 from runner.lab import egress
-from runner.lab.layout import DOCKER_HOST, GUEST, GUEST_PROXY_URL
+from runner.lab.layout import DOCKER_HOST, GUEST, GUEST_PROXY_URL, HARBOR_ENVIRONMENT
 from runner.lab.mirror import MirrorRequest, log_end, read_requests
 from runner.lab.transport import GuestError, GuestTransport
 from runner.provider.script import script_for
@@ -73,7 +73,6 @@ AGENT_CLASSES = {
     "pi": "runner.guest.harbor_agents:PiAgent",
     "omp": "runner.guest.harbor_agents:OmpAgent",
 }
-HARBOR_ENVIRONMENT = "runner.guest.harbor_environment:FrozenLabEnvironment"
 AGENT_EVENT_LOG = CONTAINER.event_log.name  # /logs/agent is <trial>/agent on the host side
 
 # The guest runs one cell at a time, so every process in the cell's process group and every

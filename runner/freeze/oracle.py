@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from runner.core.errors import RunnerError
-from runner.lab.layout import DOCKER_HOST, GUEST
+from runner.lab.layout import DOCKER_HOST, GUEST, HARBOR_ENVIRONMENT
 from runner.lab.transport import GuestTransport
 
 ORACLE_TRIALS = GUEST.trials_dir / "freeze-oracle"
@@ -61,6 +61,7 @@ def run_oracle(guest: GuestTransport, task: str) -> OracleRun:
     harbor = [
         str(GUEST.harbor), "trial", "start", "--path", str(GUEST.task(task)), "--agent", "oracle",
         "--trials-dir", str(ORACLE_TRIALS), "--trial-name", trial,
+        "--env", HARBOR_ENVIRONMENT,  # the frozen task image, as the cells (no clean-up left)
     ]  # fmt: skip
     started = time.monotonic()
     result = guest.exec(

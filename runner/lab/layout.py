@@ -38,6 +38,8 @@ GUEST_PROXY_ADDRESS = "10.0.2.100:8080"
 GUEST_PROXY_URL = f"http://{GUEST_PROXY_ADDRESS}"
 # The lab's package mirror (runner.lab.mirror) as the guest and its containers reach it: another
 # guestfwd to a host loopback port. It serves the frozen Debian packages and wheels, nothing else.
+# Harbor's environment in the guest (its --env): Docker's, on the frozen task images.
+HARBOR_ENVIRONMENT = "runner.guest.harbor_environment:FrozenLabEnvironment"
 GUEST_MIRROR_ADDRESS = "10.0.2.101:80"
 GUEST_MIRROR_URL = f"http://{GUEST_MIRROR_ADDRESS}"
 
