@@ -3,8 +3,9 @@
 #   fast   pytest -m "not vm"                       host only: models, proxy, scan, libvirt test driver
 #   vm     pytest -m "vm and not guest and not e2e" image build, deploy, teardown, rebuild (lab "pytest")
 #   guest  pytest -m "guest and not e2e"            provisioned guest, freeze, verify, reset (lab "vmtest")
-#   e2e    pytest -m e2e                            runner execute of the demo lock in that guest, then
-#                                                   the real tasks (locks/tb21.toml) in lab "tb21"
+#   e2e    pytest -m e2e                            runner execute of the demo lock in that guest and,
+#                                                   at the same time, the real tasks (locks/tb21.toml)
+#                                                   in lab "tb21" (its log: .cache/e2e-tb21.log)
 # TIERS="fast vm" runs a subset. pytest's exit code 5 ("no tests collected") counts as a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -37,14 +38,17 @@ if [[ " $tiers " == *" vm "* || " $tiers " == *" guest "* || " $tiers " == *" e2
   image_build_pid=$!
 fi
 
+wait_for_image() {
+  [ -n "$image_build_pid" ] || return 0
+  echo "== waiting for the image build (log: .cache/image-build.log)"
+  wait "$image_build_pid" || { tail -20 .cache/image-build.log >&2; exit 1; }
+  image_build_pid=
+}
+
 run_tier() {
   local name=$1; shift
   [[ " $tiers " == *" $name "* ]] || return 0
-  if [ "$name" != fast ] && [ -n "$image_build_pid" ]; then
-    echo "== waiting for the image build (log: .cache/image-build.log)"
-    wait "$image_build_pid" || { tail -20 .cache/image-build.log >&2; exit 1; }
-    image_build_pid=
-  fi
+  [ "$name" = fast ] || wait_for_image
   echo "== tier: $name ($(date -u +%H:%M:%S))"
   python3 -m pytest "$@"
   local rc=$?
@@ -58,11 +62,12 @@ run_tier() {
 
 run_tier fast -m "not vm" "$@"
 # The real tasks' lab (tb21, its own VM) is deployed and frozen (with each task's oracle) in the
-# background while the guest tier runs in lab vmtest: a TCG guest mostly keeps one host core busy,
-# so two overlap. The e2e tier finds it deployed and frozen (tests/support/vm_fixtures.py).
+# background (once the image is built) while the vm and guest tiers run: a TCG guest mostly keeps
+# one host core busy, so two overlap. The e2e tier finds it deployed and frozen (tests/support/vm_fixtures.py).
 tb21_pid=
 start_real_tasks_lab() {
   [[ " $tiers " == *" e2e "* ]] || return 0
+  wait_for_image
   echo "== lab tb21 (locks/tb21.toml): deploy and freeze in the background (log: .cache/tb21-lab.log)"
   (
     export LAB=tb21 LOCK=locks/tb21.toml
@@ -79,9 +84,24 @@ wait_for_real_tasks_lab() {
   tb21_pid=
 }
 
-run_tier vm -m "vm and not guest and not e2e" "$@"
+# The real tasks' cells run in their own lab beside the demo's: two TCG guests share the two
+# cores, and each tier's wall is mostly emulated Harbor and Podman, not the host.
+run_e2e_tiers() {
+  [[ " $tiers " == *" e2e "* ]] || return 0
+  echo "== tier: e2e, lab tb21 in the background (log: .cache/e2e-tb21.log)"
+  python3 -m pytest -m e2e tests/test_real_tasks_vm.py "$@" > .cache/e2e-tb21.log 2>&1 &
+  local tb21_tests=$!
+  run_tier e2e -m e2e --ignore tests/test_real_tasks_vm.py "$@"
+  wait "$tb21_tests"
+  local rc=$?
+  echo "== lab tb21's e2e tests ($(date -u +%H:%M:%S)):"
+  cat .cache/e2e-tb21.log
+  [ "$rc" -eq 0 ] || { echo "lab tb21's e2e tests failed ($rc)" >&2; exit 1; }
+}
+
 start_real_tasks_lab
+run_tier vm -m "vm and not guest and not e2e" "$@"
 run_tier guest -m "guest and not e2e" "$@"
 wait_for_real_tasks_lab
-run_tier e2e -m e2e "$@"
+run_e2e_tiers "$@"
 echo "== all tiers passed ($(date -u +%H:%M:%S))"
