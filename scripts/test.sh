@@ -63,7 +63,8 @@ run_tier() {
 run_tier fast -m "not vm" "$@"
 # The real tasks' lab (tb21, its own VM) is deployed and frozen (with each task's oracle) in the
 # background (once the image is built) while the vm and guest tiers run: a TCG guest mostly keeps
-# one host core busy, so two overlap. The e2e tier finds it deployed and frozen (tests/support/vm_fixtures.py).
+# one host core busy, so two overlap. The e2e tier finds it deployed and frozen
+# (tests/support/vm_fixtures.py).
 tb21_pid=
 start_real_tasks_lab() {
   [[ " $tiers " == *" e2e "* ]] || return 0
