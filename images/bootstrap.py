@@ -11,6 +11,7 @@ import shlex
 
 from images.buildlog import BuildLog
 from images.paths import StagingPaths
+from images.progress import PackageProgress
 from images.recipe import ImageInputs, Recipe
 
 EATMYDATA_HOOKS = "/usr/share/mmdebstrap/hooks/eatmydata"
@@ -65,5 +66,5 @@ def bootstrap(inputs: ImageInputs, recipe: Recipe, staging: StagingPaths, log: B
     log.run(
         mmdebstrap_argv(inputs, recipe, staging),
         env={"SOURCE_DATE_EPOCH": str(inputs.source_date_epoch)},
-        echo=True,
+        show=PackageProgress().console_lines,
     )

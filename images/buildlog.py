@@ -10,16 +10,13 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
 from rich.console import Console
 
 from runner.core.errors import RunnerError
-
-# mmdebstrap's own progress lines ("I: installing remaining packages inside the chroot...").
-_CONSOLE_WORTHY = re.compile(r"^[IWE]: ")
 
 
 class BuildLog:
@@ -60,13 +57,14 @@ class BuildLog:
         argv: Sequence[str],
         *,
         env: Mapping[str, str] | None = None,
-        echo: bool = False,
+        show: Callable[[str], list[str]] | None = None,
         omit: re.Pattern[str] | None = None,
     ) -> list[str]:
         """Run a tool, streaming its output into the log; return the lines logged.
 
-        ``echo`` also shows mmdebstrap-style progress lines; ``omit`` leaves matching lines out
-        of the log (a tool that echoes tens of thousands of commands), counting them instead.
+        ``show`` maps each logged line to the lines to show on the console (none by default);
+        ``omit`` leaves matching lines out of the log (a tool that echoes tens of thousands of
+        commands), counting them instead.
         """
         self._write("$ " + " ".join(argv))
         logged: list[str] = []
@@ -88,8 +86,8 @@ class BuildLog:
                     continue
                 logged.append(line)
                 self._write(line)
-                if echo and _CONSOLE_WORTHY.match(line):
-                    self._show(f"  {line}")
+                for shown in show(line) if show else ():
+                    self._show(f"  {shown}")
         if omitted:
             self._write(f"({omitted} lines left out)")
         if process.returncode != 0:

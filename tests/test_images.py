@@ -23,6 +23,7 @@ from images.buildlog import BuildLog
 from images.disk import make_filesystem
 from images.initramfs import CpioEntry, module_load_order, newc_archive
 from images.manifest import ARTIFACT_NAMES, ImageManifest
+from images.progress import PackageProgress
 from images.recipe import (
     GUEST_OVERLAY_DIR,
     IMAGES_DIR,
@@ -229,6 +230,56 @@ def test_failed_build_leaves_no_entry_and_keeps_the_log(
     assert not entry.exists()
     assert store.paths.failed_log(wanted).is_file()
     assert not list(store.paths.root.glob(".staging-*"))
+
+
+# --- build progress -----------------------------------------------------------------------
+
+# (seconds since start, an mmdebstrap --verbose line), shaped like a real build.log's.
+_MMDEBSTRAP_OUTPUT = [
+    (2.6, "I: downloading packages with apt..."),
+    (3.2, "0 upgraded, 3 newly installed, 0 to remove and 0 not upgraded."),
+    (9.4, "I: installing essential packages..."),
+    (9.7, "Selecting previously unselected package gcc-14-base:arm64."),
+    (9.7, "Preparing to unpack .../gcc-14-base_14.2.0-19_arm64.deb ..."),
+    (9.7, "Unpacking gcc-14-base:arm64 (14.2.0-19) ..."),
+    (15.0, "Unpacking libc6:arm64 (2.41-12+deb13u5) ..."),
+    (16.0, "Unpacking mawk (1.3.4.20250131-1) ..."),
+    (16.1, "Setting up gcc-14-base:arm64 (14.2.0-19) ..."),
+    (20.0, "Setting up libc6:arm64 (2.41-12+deb13u5) ..."),
+    (21.0, "Setting up mawk (1.3.4.20250131-1) ..."),
+    (21.1, "update-alternatives: using /usr/bin/mawk to provide /usr/bin/awk (awk) in auto mode"),
+    (68.4, "I: running --essential-hook in shell: sh -c 'chroot ...'"),
+    (68.4, "I: installing remaining packages inside the chroot..."),
+    (69.0, "0 upgraded, 2 newly installed, 0 to remove and 0 not upgraded."),
+    (72.4, "Unpacking login.defs (1:4.17.4-2) ..."),
+    (80.0, "Unpacking sudo (1.9.16p2-3+deb13u5) ..."),
+    (80.5, "I: /vmlinuz is now a symlink to boot/vmlinuz-6.12.117+deb13-arm64"),  # a postinst's
+    (81.0, "Setting up login.defs (1:4.17.4-2) ..."),
+    (82.0, "Setting up sudo (1.9.16p2-3+deb13u5) ..."),
+    (90.0, "I: running --customize-hook directly: .../eatmydata/customize.sh ..."),
+    (91.0, "Setting up nothing (1) ..."),
+]
+
+
+def test_package_phases_show_a_count_every_few_seconds_and_when_all_are_set_up() -> None:
+    now = [0.0]
+    progress = PackageProgress(interval=5.0, clock=lambda: now[0])
+    shown: list[str] = []
+    for now[0], line in _MMDEBSTRAP_OUTPUT:
+        shown += progress.console_lines(line)
+    assert shown == [
+        "I: downloading packages with apt...",
+        "I: installing essential packages...",
+        "packages: 2/3 unpacked, 0/3 set up",  # 5.6 s into the phase
+        "packages: 3/3 unpacked, 2/3 set up",  # 5 s later, not at every line
+        "packages: 3/3 unpacked, 3/3 set up",  # all set up: at once
+        "I: running --essential-hook in shell: sh -c 'chroot ...'",
+        "I: installing remaining packages inside the chroot...",
+        "packages: 2/2 unpacked, 0/2 set up",
+        "I: /vmlinuz is now a symlink to boot/vmlinuz-6.12.117+deb13-arm64",
+        "packages: 2/2 unpacked, 2/2 set up",
+        "I: running --customize-hook directly: .../eatmydata/customize.sh ...",
+    ]
 
 
 # --- initramfs ----------------------------------------------------------------------------
