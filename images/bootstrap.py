@@ -1,8 +1,9 @@
 """Stage 1: mmdebstrap makes the guest tree from Debian packages (the only emulated stage).
 
-Speed under qemu-user comes from doing less in the guest's arch: minbase, no docs or
-translations, dpkg under eatmydata, and no initramfs-tools run (update-initramfs is diverted to
-a no-op while packages install; initramfs.py makes the initramfs natively afterwards).
+Speed under qemu-user comes from an emulated CPU without pointer authentication (see
+ArchRecipe.emulated_cpu) and from doing less in the guest's arch: minbase, no docs or
+translations, dpkg under eatmydata, and no initramfs-tools run (update-initramfs is diverted
+to a no-op while packages install; initramfs.py makes the initramfs natively afterwards).
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ def bootstrap(inputs: ImageInputs, recipe: Recipe, staging: StagingPaths, log: B
     log.stage("bootstrap", f"mmdebstrap {inputs.suite}/{inputs.debian_arch} (emulated; slow)")
     log.run(
         mmdebstrap_argv(inputs, recipe, staging),
-        env={"SOURCE_DATE_EPOCH": str(inputs.source_date_epoch)},
+        env={
+            "SOURCE_DATE_EPOCH": str(inputs.source_date_epoch),
+            **inputs.arch_recipe.emulation_env,
+        },
         show=PackageProgress().console_lines,
     )

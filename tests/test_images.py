@@ -25,6 +25,7 @@ from images.initramfs import CpioEntry, module_load_order, newc_archive
 from images.manifest import ARTIFACT_NAMES, ImageManifest
 from images.progress import PackageProgress
 from images.recipe import (
+    ARCH_RECIPES,
     GUEST_OVERLAY_DIR,
     IMAGES_DIR,
     INITRAMFS_INIT,
@@ -280,6 +281,15 @@ def test_package_phases_show_a_count_every_few_seconds_and_when_all_are_set_up()
         "packages: 2/2 unpacked, 2/2 set up",
         "I: running --customize-hook directly: .../eatmydata/customize.sh ...",
     ]
+
+
+def test_emulated_cpu_is_one_qemu_user_offers() -> None:
+    cpu = ARCH_RECIPES["aarch64"].emulated_cpu
+    # "-cpu help" lists the models and exits 1.
+    listed = subprocess.run(
+        ["qemu-aarch64-static", "-cpu", "help"], capture_output=True, text=True
+    ).stdout.split()
+    assert cpu in listed
 
 
 # --- initramfs ----------------------------------------------------------------------------
