@@ -7,16 +7,42 @@ in the log of any build (that is how the recipe's speed-ups were measured).
 from __future__ import annotations
 
 import os
+import queue
 import re
 import subprocess
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import IO, TextIO
 
 from rich.console import Console
 
 from runner.core.errors import RunnerError
+
+# A tool silent this long is told to the console filter (``show`` in BuildLog.run) with None.
+SILENCE_SECONDS = 1.0
+
+
+def _lines_or_silence(stream: IO[str], seconds: float) -> Iterator[str | None]:
+    """The stream's lines as they come, and None each time ``seconds`` pass without one."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put(None)  # the end of the stream
+
+    threading.Thread(target=read, daemon=True).start()
+    while True:
+        try:
+            line = lines.get(timeout=seconds)
+        except queue.Empty:
+            yield None
+            continue
+        if line is None:
+            return
+        yield line
 
 
 class BuildLog:
@@ -57,14 +83,14 @@ class BuildLog:
         argv: Sequence[str],
         *,
         env: Mapping[str, str] | None = None,
-        show: Callable[[str], list[str]] | None = None,
+        show: Callable[[str | None], list[str]] | None = None,
         omit: re.Pattern[str] | None = None,
     ) -> list[str]:
         """Run a tool, streaming its output into the log; return the lines logged.
 
-        ``show`` maps each logged line to the lines to show on the console (none by default);
-        ``omit`` leaves matching lines out of the log (a tool that echoes tens of thousands of
-        commands), counting them instead.
+        ``show`` maps each logged line, and None for each SILENCE_SECONDS without one, to the
+        lines to show on the console (none by default); ``omit`` leaves matching lines out of
+        the log (a tool that echoes tens of thousands of commands), counting them instead.
         """
         self._write("$ " + " ".join(argv))
         logged: list[str] = []
@@ -79,13 +105,14 @@ class BuildLog:
             env={**os.environ, **(env or {})},
         ) as process:
             assert process.stdout is not None
-            for raw in process.stdout:
-                line = raw.rstrip("\n")
-                if omit is not None and omit.match(line):
-                    omitted += 1
-                    continue
-                logged.append(line)
-                self._write(line)
+            for raw in _lines_or_silence(process.stdout, SILENCE_SECONDS):
+                line = None if raw is None else raw.rstrip("\n")
+                if line is not None:
+                    if omit is not None and omit.match(line):
+                        omitted += 1
+                        continue
+                    logged.append(line)
+                    self._write(line)
                 for shown in show(line) if show else ():
                     self._show(f"  {shown}")
         if omitted:
