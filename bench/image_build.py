@@ -32,8 +32,9 @@ from runner.spec.lock import load_lock
 
 COLD_TARGET_SECONDS = 600
 # A build.log line that starts a phase: a build stage ("=== configure: ...") or one of
-# mmdebstrap's own steps ("I: installing remaining packages inside the chroot...").
-_PHASE_START = re.compile(r"^\[\s*([\d.]+)s\] (?:=== |I: )(.*)$")
+# mmdebstrap's own steps ("I: installing remaining packages inside the chroot..."), which start
+# with a word, unlike a package script's ("I: /vmlinuz is now a symlink to ...").
+_PHASE_START = re.compile(r"^\[\s*([\d.]+)s\] (?:=== |I: )([a-z].*)$")
 
 
 def _children_cpu_seconds() -> float:
