@@ -7,19 +7,42 @@ in the log of any build (that is how the recipe's speed-ups were measured).
 from __future__ import annotations
 
 import os
+import queue
 import re
 import subprocess
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import IO, TextIO
 
 from rich.console import Console
 
 from runner.core.errors import RunnerError
 
-# mmdebstrap's own progress lines ("I: installing remaining packages inside the chroot...").
-_CONSOLE_WORTHY = re.compile(r"^[IWE]: ")
+# A tool silent this long is told to the console filter (``show`` in BuildLog.run) with None.
+SILENCE_SECONDS = 1.0
+
+
+def _lines_or_silence(stream: IO[str], seconds: float) -> Iterator[str | None]:
+    """The stream's lines as they come, and None each time ``seconds`` pass without one."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put(None)  # the end of the stream
+
+    threading.Thread(target=read, daemon=True).start()
+    while True:
+        try:
+            line = lines.get(timeout=seconds)
+        except queue.Empty:
+            yield None
+            continue
+        if line is None:
+            return
+        yield line
 
 
 class BuildLog:
@@ -60,13 +83,14 @@ class BuildLog:
         argv: Sequence[str],
         *,
         env: Mapping[str, str] | None = None,
-        echo: bool = False,
+        show: Callable[[str | None], list[str]] | None = None,
         omit: re.Pattern[str] | None = None,
     ) -> list[str]:
         """Run a tool, streaming its output into the log; return the lines logged.
 
-        ``echo`` also shows mmdebstrap-style progress lines; ``omit`` leaves matching lines out
-        of the log (a tool that echoes tens of thousands of commands), counting them instead.
+        ``show`` maps each logged line, and None for each SILENCE_SECONDS without one, to the
+        lines to show on the console (none by default); ``omit`` leaves matching lines out of
+        the log (a tool that echoes tens of thousands of commands), counting them instead.
         """
         self._write("$ " + " ".join(argv))
         logged: list[str] = []
@@ -81,15 +105,16 @@ class BuildLog:
             env={**os.environ, **(env or {})},
         ) as process:
             assert process.stdout is not None
-            for raw in process.stdout:
-                line = raw.rstrip("\n")
-                if omit is not None and omit.match(line):
-                    omitted += 1
-                    continue
-                logged.append(line)
-                self._write(line)
-                if echo and _CONSOLE_WORTHY.match(line):
-                    self._show(f"  {line}")
+            for raw in _lines_or_silence(process.stdout, SILENCE_SECONDS):
+                line = None if raw is None else raw.rstrip("\n")
+                if line is not None:
+                    if omit is not None and omit.match(line):
+                        omitted += 1
+                        continue
+                    logged.append(line)
+                    self._write(line)
+                for shown in show(line) if show else ():
+                    self._show(f"  {shown}")
         if omitted:
             self._write(f"({omitted} lines left out)")
         if process.returncode != 0:

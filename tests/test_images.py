@@ -23,7 +23,9 @@ from images.buildlog import BuildLog
 from images.disk import make_filesystem
 from images.initramfs import CpioEntry, module_load_order, newc_archive
 from images.manifest import ARTIFACT_NAMES, ImageManifest
+from images.progress import PackageProgress
 from images.recipe import (
+    ARCH_RECIPES,
     GUEST_OVERLAY_DIR,
     IMAGES_DIR,
     INITRAMFS_INIT,
@@ -229,6 +231,93 @@ def test_failed_build_leaves_no_entry_and_keeps_the_log(
     assert not entry.exists()
     assert store.paths.failed_log(wanted).is_file()
     assert not list(store.paths.root.glob(".staging-*"))
+
+
+# --- build progress -----------------------------------------------------------------------
+
+# (seconds since start, an mmdebstrap --verbose line or None for a second of silence), shaped
+# like a real build.log's.
+_MMDEBSTRAP_OUTPUT: list[tuple[float, str | None]] = [
+    (2.6, "I: downloading packages with apt..."),
+    (3.2, "0 upgraded, 3 newly installed, 0 to remove and 0 not upgraded."),
+    (9.4, "I: installing essential packages..."),
+    (9.7, "Selecting previously unselected package gcc-14-base:arm64."),
+    (9.7, "Preparing to unpack .../gcc-14-base_14.2.0-19_arm64.deb ..."),
+    (9.7, "Unpacking gcc-14-base:arm64 (14.2.0-19) ..."),
+    (15.0, "Unpacking libc6:arm64 (2.41-12+deb13u5) ..."),
+    (16.0, "Unpacking mawk (1.3.4.20250131-1) ..."),
+    (16.1, "Setting up gcc-14-base:arm64 (14.2.0-19) ..."),
+    (20.0, "Setting up libc6:arm64 (2.41-12+deb13u5) ..."),
+    (21.0, "Setting up mawk (1.3.4.20250131-1) ..."),
+    (21.1, "update-alternatives: using /usr/bin/mawk to provide /usr/bin/awk (awk) in auto mode"),
+    (23.0, "Processing triggers for libc-bin (2.41-12+deb13u5) ..."),
+    (25.0, None),
+    (27.0, None),
+    (28.0, None),
+    (30.0, "I: running --essential-hook in shell: sh -c 'chroot ...'"),
+    (36.0, None),
+    (37.0, "I: installing remaining packages inside the chroot..."),
+    (37.5, "0 upgraded, 2 newly installed, 0 to remove and 0 not upgraded."),
+    (39.0, "Unpacking login.defs (1:4.17.4-2) ..."),
+    (43.0, "Unpacking sudo (1.9.16p2-3+deb13u5) ..."),
+    (43.5, "I: /vmlinuz is now a symlink to boot/vmlinuz-6.12.117+deb13-arm64"),  # a postinst's
+    (44.0, "Setting up login.defs (1:4.17.4-2) ..."),
+    (47.0, None),
+    (49.0, None),
+    (50.0, "Setting up sudo (1.9.16p2-3+deb13u5) ..."),
+    (52.0, "I: running --customize-hook directly: .../eatmydata/customize.sh ..."),
+    (53.0, "Setting up nothing (1) ..."),
+    (60.0, None),
+]
+
+
+def test_package_phases_show_a_count_every_few_seconds_even_in_silence() -> None:
+    now = [0.0]
+    progress = PackageProgress(interval=5.0, clock=lambda: now[0])
+    shown: list[str] = []
+    for now[0], line in _MMDEBSTRAP_OUTPUT:
+        shown += [f"{now[0]:.0f} {text}" for text in progress.console_lines(line)]
+    assert shown == [
+        "3 I: downloading packages with apt...",
+        "9 I: installing essential packages...",
+        "15 packages: 2/3 unpacked, 0/3 set up; unpacking libc6:arm64",
+        "20 packages: 3/3 unpacked, 2/3 set up; setting up libc6:arm64",  # 5 s later
+        "21 packages: 3/3 unpacked, 3/3 set up; setting up mawk",  # all set up: at once
+        "27 packages: 3/3 unpacked, 3/3 set up; processing triggers for libc-bin",  # silent
+        "30 I: running --essential-hook in shell: sh -c 'chroot ...'",
+        "37 I: installing remaining packages inside the chroot...",
+        "43 packages: 2/2 unpacked, 0/2 set up; unpacking sudo",
+        "44 I: /vmlinuz is now a symlink to boot/vmlinuz-6.12.117+deb13-arm64",
+        "49 packages: 2/2 unpacked, 1/2 set up; setting up login.defs",
+        "50 packages: 2/2 unpacked, 2/2 set up; setting up sudo",
+        "52 I: running --customize-hook directly: .../eatmydata/customize.sh ...",
+    ]
+
+
+def test_build_log_tells_the_console_filter_of_silence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("images.buildlog.SILENCE_SECONDS", 0.1)
+    heard: list[str | None] = []
+
+    def show(line: str | None) -> list[str]:
+        heard.append(line)
+        return []
+
+    log = BuildLog(tmp_path / "build.log", Console(file=open("/dev/null", "w")))  # noqa: SIM115
+    assert log.run(["sh", "-c", "echo one; sleep 1; echo two"], show=show) == ["one", "two"]
+    log.close()
+    assert heard[0] == "one" and heard[-1] == "two"
+    assert heard[1:-1] and set(heard[1:-1]) == {None}
+
+
+def test_emulated_cpu_is_one_qemu_user_offers() -> None:
+    cpu = ARCH_RECIPES["aarch64"].emulated_cpu
+    # "-cpu help" lists the models and exits 1.
+    listed = subprocess.run(
+        ["qemu-aarch64-static", "-cpu", "help"], capture_output=True, text=True
+    ).stdout.split()
+    assert cpu in listed
 
 
 # --- initramfs ----------------------------------------------------------------------------
