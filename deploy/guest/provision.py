@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pyinfra.api.deploy import deploy
 from pyinfra.operations import files, server, systemd
+from pyinfra.operations.util import any_changed
 
 from deploy.guest import operations as guest
 from deploy.guest.bundles import (
@@ -471,21 +472,6 @@ def _podman_served() -> None:
         src=io.StringIO(egress.CONTAINERS_DNS_CONF + '[engine]\ncgroup_manager = "cgroupfs"\n'),
         dest="/etc/containers/containers.conf.d/50-bench.conf",
     )
-    # The API service reads containers.conf when it starts: one started before the file (the
-    # package's socket activates it on first use) would keep the systemd manager ("crun: cannot
-    # open sd-bus" at every container start), so a changed file stops it.
-    systemd.service(
-        name="Podman's API service restarted on its next connection (config changed)",
-        service="podman.service",
-        running=False,
-        _if=podman_config.did_change,
-    )
-    systemd.service(
-        name="Podman's Docker-compatible socket for Harbor",
-        service="podman.socket",
-        running=True,
-        enabled=True,
-    )
     # Kept running (the package's unit exits after 5 s idle, and each cell would start it again
     # several times, ~2 s each under TCG, whenever the agent is quiet): started before the
     # freeze with the warm Harbor process (its unit wants it), so it is in the saved guest.
@@ -497,11 +483,20 @@ def _podman_served() -> None:
         dest="/etc/systemd/system/podman.service.d/50-bench.conf",
     )
     systemd.daemon_reload(name="systemd reads the drop-in", _if=never_idle.did_change)
+    # The API service reads containers.conf and its unit when it starts: one started before them
+    # (the package's socket activates it on first use) would keep the systemd manager ("crun:
+    # cannot open sd-bus" at every container start) or its idle exit, so a change stops it.
     systemd.service(
-        name="Podman's API service stopped (it starts again with the drop-in)",
+        name="Podman's API service restarted on its next connection (config changed)",
         service="podman.service",
         running=False,
-        _if=never_idle.did_change,
+        _if=any_changed(podman_config, never_idle),
+    )
+    systemd.service(
+        name="Podman's Docker-compatible socket for Harbor",
+        service="podman.socket",
+        running=True,
+        enabled=True,
     )
     files.put(
         name="Harbor's docker command: compose straight to Docker Compose, the rest to Podman",
