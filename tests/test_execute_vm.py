@@ -109,6 +109,8 @@ def test_demo_lock_killed_mid_run_resumes_to_the_end(frozen_lab: LabState, tmp_p
     # (an empty record; None would be a record that could not be read).
     refused = {line.cell_id: line.egress_refused for line in lines}
     assert refused == {line.cell_id: () for line in lines}, refused
+    # Each cell began from the reset: its Harbor was the warm process the freeze left waiting.
+    assert [line.harbor_process for line in lines] == ["warm"] * len(lines)
     # Evidence that OpenPI's extensions loaded in the guest: its gateway tool in the first request
     # and a larger fixed prompt overhead than Bare Pi's, cell by cell.
     first = {line.harness: line.first_request for line in lines}
