@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from runner.core.errors import InputError, RunnerError
-from runner.records.ledger import Ledger, LedgerLine
+from runner.records.ledger import Ledger, LedgerLine, chain_seed
 from runner.run.receipt import build_receipt
 from runner.spec.lock import load_lock
 from tests.support.ledger_factory import line_for, new_run_dir
@@ -15,9 +15,9 @@ from tests.support.ledger_factory import line_for, new_run_dir
 def test_append_and_reload(seed_lock_path, tmp_path) -> None:
     paths, schedule = new_run_dir(seed_lock_path, tmp_path / "run")
     ledger = Ledger(paths)
-    first = line_for(schedule.cells[0])
-    ledger.append(first)
+    first = ledger.append(line_for(schedule.cells[0]))
     assert ledger.lines() == [first]
+    assert first.previous_sha256 == chain_seed(schedule)  # the first link: the run's identity
     raw = paths.ledger.read_text()
     assert raw.endswith("\n") and '"unattributedProviderPostRequests":0' in raw
     with pytest.raises(RunnerError, match="already in the ledger"):

@@ -17,6 +17,7 @@ from runner.run.document import Table
 from runner.run.html_report import render_html
 from runner.run.receipt import SCRIPTED_PROVIDER_NOTE
 from runner.run.report import document, first_requests, load_run, write_report
+from runner.run.signing import OperatorKey
 from runner.run.run_cells import run_cells
 from tests.support.browser import chromium, parse, render
 from tests.test_report_cli import reference_run, runner_cli
@@ -55,7 +56,8 @@ def test_report_html_renders_in_chromium(reported: RunPaths, tmp_path: Path) -> 
 
 
 def test_html_has_every_table_of_the_markdown(reported: RunPaths) -> None:
-    receipt = load_run(reported)  # receipt.json keeps its keys sorted, the tables lock order
+    # receipt.json keeps its keys sorted, the tables lock order
+    receipt = load_run(reported, signed_by=OperatorKey.default().public)
     blocks = document(receipt, first_requests(reported))
     tables = [block for block in blocks if isinstance(block, Table)]
     page = parse(reported.report_html.read_text())

@@ -6,6 +6,12 @@ interrupted attempt is marked as such and kept, and the cell is run again as a n
 never counted as a second sample. An attempt the lock's retry policy re-runs is kept the same
 way (``set_aside``: its trial tree, proxy record and would-be line under
 ``attempts/<cell>/attempt-<n>/``): the ledger holds one line per cell, its final attempt's.
+
+The ledger is hash-chained: each line carries ``previous_sha256``, the sha256 of the previous
+line's bytes (the first line: of the chain's seed, the run's lock fingerprint and schedule
+sha256), so a line edited, removed or moved breaks the chain at the line after it; the last
+line's digest, the chain's head, goes into the signed receipt. Lines written before the chain
+existed have no ``previous_sha256``: such a ledger is reported "unchained", not broken.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Literal, TypedDict
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from runner.core.canonical import file_digest
+from runner.core.canonical import canonical_json, file_digest, sha256_digest
 from runner.core.errors import InputError, RunnerError, describe_validation_error
 from runner.core.files import read_model, write_model
 from runner.core.models import FailureClass, FrozenModel, Sha256
@@ -24,7 +30,7 @@ from runner.guest.warm_harbor import HarborProcess
 from runner.lab.egress import RefusedEgress
 from runner.records.paths import RunPaths
 from runner.records.prompt import PromptFootprint
-from runner.records.schedule import Cell
+from runner.records.schedule import Cell, Schedule
 
 Outcome = Literal["pass", "fail", "indeterminate"]
 
@@ -71,6 +77,7 @@ class LedgerLine(FrozenModel):
             "mirror",
             "egress_refused",
             "harbor_process",
+            "previous_sha256",
         }
     )
 
@@ -117,6 +124,9 @@ class LedgerLine(FrozenModel):
     # Harbor as the cell ran it: the warm process the freeze left (runner/guest/warm_harbor.py)
     # or a cold start (a guest without one waiting). None: not recorded.
     harbor_process: HarborProcess | None = None
+    # The sha256 of the previous line's bytes, or of the chain's seed (``chain_seed``) for the
+    # first line. None: a line written before the chain (or in a directory without a schedule).
+    previous_sha256: Sha256 | None = None
 
     @model_validator(mode="after")
     def _unattributed_matches_counts(self) -> LedgerLine:
@@ -132,6 +142,53 @@ class LedgerLine(FrozenModel):
     def reconciles(self) -> bool:
         """Every logical attempt needs at least one physical POST; fewer means lost evidence."""
         return self.physical_posts >= self.logical_attempts
+
+
+ChainState = Literal["intact", "unchained", "broken"]
+
+
+class LedgerChain(FrozenModel):
+    """What the ledger's hash chain says: ``intact`` (every line links to the one before),
+    ``unchained`` (some lines were written before the chain; none contradicts it) or ``broken``
+    (``broken_at`` names the first line that does not link)."""
+
+    state: ChainState
+    seed: Sha256
+    head: Sha256 = Field(description="the last line's sha256 (the seed for an empty ledger)")
+    lines: int = Field(ge=0)
+    broken_at: str | None = None
+
+
+def chain_seed(schedule: Schedule) -> str:
+    """The first link: the run's lock fingerprint and schedule sha256, as canonical JSON."""
+    seed = {"lock_fingerprint": schedule.lock_fingerprint, "schedule_sha256": schedule.sha256}
+    return sha256_digest(canonical_json(seed))
+
+
+def check_chain(ledger_bytes: bytes, seed: str) -> LedgerChain:
+    """Follow the chain over the ledger's raw lines (their bytes, not a re-serialization)."""
+    raw_lines = ledger_bytes.splitlines()
+    expected = seed
+    unchained = False
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            line = LedgerLine.model_validate_json(raw)
+        except ValidationError as error:
+            broken = describe_validation_error(f"cells.jsonl line {number}", error)
+            return LedgerChain(
+                state="broken", seed=seed, head=expected, lines=len(raw_lines), broken_at=broken
+            )
+        if line.previous_sha256 is None:
+            unchained = True
+        elif line.previous_sha256 != expected:
+            what = "the chain's seed" if number == 1 else f"line {number - 1}'s sha256"
+            broken = f"cells.jsonl line {number} ({line.cell_id}): previous_sha256 is not {what}"
+            return LedgerChain(
+                state="broken", seed=seed, head=expected, lines=len(raw_lines), broken_at=broken
+            )
+        expected = sha256_digest(raw)
+    state: ChainState = "unchained" if unchained else "intact"
+    return LedgerChain(state=state, seed=seed, head=expected, lines=len(raw_lines))
 
 
 class CellCoordinates(TypedDict):
@@ -236,17 +293,37 @@ class Ledger:
             os.fsync(handle.fileno())
         return True
 
-    def append(self, line: LedgerLine) -> None:
+    def append(self, line: LedgerLine) -> LedgerLine:
+        """Append the line, linked to the one before it; returns it as written."""
         if line.cell_id in {recorded.cell_id for recorded in self.lines()}:
             raise RunnerError(
                 f"cell {line.cell_id} is already in the ledger; not counting it twice"
             )
+        line = line.model_copy(update={"previous_sha256": self._next_link()})
         payload = line.model_dump_json(by_alias=True) + "\n"
         self.paths.ledger.parent.mkdir(parents=True, exist_ok=True)
         with self.paths.ledger.open("a") as handle:
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
+        return line
+
+    def _next_link(self) -> str | None:
+        """The sha256 the next line links to: the last line's bytes, else the chain's seed
+        (None without a schedule to seed it, as in a directory made by hand)."""
+        data = self.paths.ledger.read_bytes() if self.paths.ledger.exists() else b""
+        if data:
+            return sha256_digest(data.splitlines()[-1])
+        if not self.paths.schedule.exists():
+            return None
+        return chain_seed(read_model(self.paths.schedule, Schedule))
+
+    def chain(self) -> LedgerChain | None:
+        """The ledger's chain as it stands (None without a schedule to seed it)."""
+        if not self.paths.schedule.exists():
+            return None
+        data = self.paths.ledger.read_bytes() if self.paths.ledger.exists() else b""
+        return check_chain(data, chain_seed(read_model(self.paths.schedule, Schedule)))
 
     def finish(self, line: LedgerLine) -> None:
         """Append the cell's line, then mark its attempt record finished."""

@@ -13,7 +13,9 @@
     scan.json             credential scan of every retained root
     verify/               frozen-state audits (final.json + ansible-runner artifacts)
     aborted.json          why the last execute stopped early (absent when it ran to the end)
-    receipt.json          the receipt (status per batch and overall)
+    receipt.json          the receipt (status per batch and overall, the ledger's chain head)
+    receipt.sig           the lab operator's SSH signature of receipt.json (runner.run.signing)
+    receipt-key.pub       the public half of the key that signed it
     report.md, report.png the human report
     report.html           the same report as a static page, readable offline
     report-files/         the page's plots (pass rates, timeline of the cells); it shows
@@ -99,6 +101,18 @@ class RunPaths:
     @property
     def receipt(self) -> Path:
         return self.run_dir / "receipt.json"
+
+    @property
+    def receipt_signature(self) -> Path:
+        return self.run_dir / "receipt.sig"
+
+    @property
+    def receipt_public_key(self) -> Path:
+        return self.run_dir / "receipt-key.pub"
+
+    @property
+    def scan_canary(self) -> Path:
+        return self.attempts_dir / "scan-canary.txt"
 
     @property
     def report_md(self) -> Path:

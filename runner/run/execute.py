@@ -227,7 +227,7 @@ def preflight(
         f"schedule {run.schedule.sha256}"
     )
     canary = new_canary()
-    write_atomic(run.paths.attempts_dir / "scan-canary.txt", canary.encode())
+    write_atomic(run.paths.scan_canary, canary.encode())
     return keys, canary
 
 

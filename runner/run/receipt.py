@@ -10,6 +10,11 @@ Each batch also carries a ``stats`` section (``runner.run.stats`` computes every
 rates with Wilson intervals, medians with cluster-bootstrap intervals, each pair of harnesses
 compared once on cells paired by (task, repeat), and order effects by position in the block.
 Renderers only format it. Receipts written before it load with ``stats`` None.
+
+Since the evidence archive (runner.run.archive) a receipt also carries the ledger's hash chain
+(its head), every frozen identity the run directory records as a digest, and the public key of
+the lab operator who signs it (``receipt.sig`` beside it, runner.run.signing). A broken chain
+fails the receipt closed. Receipts written before them have none of the three.
 """
 
 from __future__ import annotations
@@ -21,9 +26,9 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from runner.core.models import FrozenModel
+from runner.core.models import FrozenModel, Sha256
 from runner.proxy.models import ProxyCellCounts
-from runner.records.ledger import Failure, LedgerLine
+from runner.records.ledger import Failure, LedgerChain, LedgerLine
 from runner.records.schedule import Batch, Schedule
 from runner.run import stats
 from runner.run.failure_summary import FailureClasses, failure_classes
@@ -206,7 +211,23 @@ class Identities(FrozenModel):
     provider_note: str | None
 
 
+class FrozenDigests(FrozenModel):
+    """The frozen identities the run directory records, each as the sha256 a reviewer can
+    recompute from the run's files (None: the run directory has no such file)."""
+
+    lock_sha256: Sha256 = Field(description="lock.toml's bytes")
+    environment_fingerprint: str | None = Field(description="of the run's resolution.json")
+    resolution_sha256: Sha256 | None
+    tasks_sha256: Sha256 | None
+    derived_task_trees: dict[str, Sha256] = Field(description="per task, as tasks.json has it")
+    freeze_manifest_sha256: str | None = Field(description="the freeze the final verify audited")
+    scan_sha256: Sha256 | None
+    final_verify_sha256: Sha256 | None
+
+
 class Receipt(FrozenModel):
+    LATE_FIELDS = frozenset({"ledger_chain", "frozen", "signed_by"})
+
     schema_version: Literal[1] = 1
     status: Status
     reasons: tuple[str, ...]
@@ -215,6 +236,9 @@ class Receipt(FrozenModel):
     final_verify: EvidenceState
     batches: tuple[BatchReceipt, ...]
     failure_classes: FailureClasses | None = None  # absent from receipts written before it
+    ledger_chain: LedgerChain | None = None
+    frozen: FrozenDigests | None = None
+    signed_by: str | None = Field(default=None, description="the operator's SSH public key")
 
 
 def totals(lines: Iterable[LedgerLine]) -> Totals:
@@ -560,9 +584,12 @@ def build_receipt(
     final_verify: EvidenceState,
     aborted: RunAbort | None = None,
     records: Mapping[str, ProxyCellCounts] | None = None,
+    evidence_reasons: tuple[str, ...] = (),
 ) -> Receipt:
-    """``records``: the proxy records of the cells, by cell id (a cell without one: none)."""
+    """``records``: the proxy records of the cells, by cell id (a cell without one: none).
+    ``evidence_reasons``: what else contradicts the run's evidence (a broken ledger chain)."""
     run_reasons = [aborted.reason] if aborted else []
+    run_reasons += evidence_reasons
     if credential_scan != "clean":
         run_reasons.append(f"credential scan: {credential_scan}")
     if final_verify != "passed":

@@ -33,6 +33,7 @@ from runner.run.document import (
 from runner.run.egress_summary import CellEgress, egress_section, refused_egress
 from runner.run.failure_summary import render_failure_classes
 from runner.run.html_report import write_html
+from runner.run.identities import frozen_digests
 from runner.run.receipt import (
     BatchReceipt,
     BatchStats,
@@ -51,6 +52,7 @@ from runner.run.receipt import (
 )
 from runner.run.report_plots import save as save_png
 from runner.run.requests import Figure, HarnessRequests
+from runner.run.signing import OperatorKey
 from runner.run.stats import Estimate, Interval, Methods, Proportion
 from runner.spec.lock import load_lock
 from runner.spec.tasks import TaskDerivation
@@ -85,14 +87,18 @@ def verify_state(paths: RunPaths) -> EvidenceState:
     return "passed" if read_model(paths.final_verify, VerifyReport).passed else "failed"
 
 
-def load_run(paths: RunPaths) -> Receipt:
+def load_run(paths: RunPaths, signed_by: str | None = None) -> Receipt:
+    """The receipt the run's files prove; ``signed_by``: the public key that will sign it."""
     if not paths.run_dir.is_dir():
         raise InputError(f"{paths.run_dir}: no such run directory")
     lock = load_lock(paths.lock)
     schedule = read_model(paths.schedule, Schedule)
     if schedule.lock_fingerprint != lock.fingerprint:
         raise InputError(f"{paths.schedule}: schedule was made from another lock")
-    lines = Ledger(paths).lines()
+    ledger = Ledger(paths)
+    lines = ledger.lines()
+    chain = ledger.chain()
+    broken = chain.broken_at if chain and chain.state == "broken" else None
     aborted = read_model(paths.aborted, RunAbort) if paths.aborted.exists() else None
     receipt = build_receipt(
         lock,
@@ -102,8 +108,10 @@ def load_run(paths: RunPaths) -> Receipt:
         verify_state(paths),
         aborted,
         records=proxy_records(paths, lines),
+        evidence_reasons=(f"ledger chain broken: {broken}",) if broken else (),
     )
-    return with_reference_versions(receipt, lock.reference_versions)
+    evidence = {"ledger_chain": chain, "frozen": frozen_digests(paths), "signed_by": signed_by}
+    return with_reference_versions(receipt.model_copy(update=evidence), lock.reference_versions)
 
 
 def with_reference_versions(receipt: Receipt, reference: dict[str, str]) -> Receipt:
@@ -126,9 +134,12 @@ def proxy_records(paths: RunPaths, lines: list[LedgerLine]) -> dict[str, ProxyCe
 
 def write_report(run_dir: Path) -> Receipt:
     paths = RunPaths(run_dir)
-    receipt = load_run(paths)
+    key = OperatorKey.default()
+    receipt = load_run(paths, signed_by=key.public)
     blocks = document(receipt, first_requests(paths), refused_egress(paths), run_tasks(paths))
     write_model(paths.receipt, receipt)
+    write_atomic(paths.receipt_signature, key.sign(paths.receipt.read_bytes()))
+    write_atomic(paths.receipt_public_key, f"{key.public}\n".encode())
     write_atomic(paths.report_md, markdown(blocks).encode())
     plot(receipt, paths.report_png)
     write_html(paths, receipt, blocks)
@@ -518,8 +529,24 @@ def _identity_table(receipt: Receipt) -> Table:
         ("task revision", ids.task_revision or "local directory"),
         ("credential scan", receipt.credential_scan),
         ("final verify", receipt.final_verify),
+        *_evidence_rows(receipt),
     ]
     return table([("frozen identity", L), ("value", L)], rows)
+
+
+def _evidence_rows(receipt: Receipt) -> list[tuple[str, str]]:
+    """The chain's head, the frozen digests and the signer; "not recorded" in older receipts."""
+    chain, frozen = receipt.ledger_chain, receipt.frozen
+    rows: list[tuple[str, str]] = [
+        ("ledger chain", f"{chain.state} ({chain.lines} lines)" if chain else "not recorded"),
+        ("ledger chain head", Code(chain.head) if chain else "not recorded"),
+    ]
+    if frozen is not None:
+        found = frozen.model_dump(exclude={"derived_task_trees"})
+        rows += [(name.replace("_", " "), Code(value or "none")) for name, value in found.items()]
+        rows += [(f"task {t} derived tree", Code(d)) for t, d in frozen.derived_task_trees.items()]
+    rows.append(("receipt signed by", Code(receipt.signed_by or "not signed")))
+    return rows
 
 
 def run_section(receipt: Receipt) -> list[Block]:
