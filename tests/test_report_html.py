@@ -17,8 +17,8 @@ from runner.run.document import Table
 from runner.run.html_report import render_html
 from runner.run.receipt import SCRIPTED_PROVIDER_NOTE
 from runner.run.report import document, first_requests, load_run, write_report
-from runner.run.signing import OperatorKey
 from runner.run.run_cells import run_cells
+from runner.run.signing import OperatorKey
 from tests.support.browser import chromium, parse, render
 from tests.test_report_cli import reference_run, runner_cli
 

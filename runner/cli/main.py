@@ -8,6 +8,8 @@ from types import FrameType
 
 import click
 
+from runner.cli.archive import archive_command
+from runner.cli.check_archive import check_archive_command
 from runner.cli.execute import execute_command
 from runner.cli.freeze import freeze_command
 from runner.cli.rebuild import rebuild_command
@@ -37,6 +39,8 @@ cli.add_command(freeze_command)
 cli.add_command(verify_command)
 cli.add_command(reset_command)
 cli.add_command(execute_command)
+cli.add_command(archive_command)
+cli.add_command(check_archive_command)
 
 
 class Terminated(KeyboardInterrupt):

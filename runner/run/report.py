@@ -136,7 +136,7 @@ def write_report(run_dir: Path) -> Receipt:
     paths = RunPaths(run_dir)
     key = OperatorKey.default()
     receipt = load_run(paths, signed_by=key.public)
-    blocks = document(receipt, first_requests(paths), refused_egress(paths), run_tasks(paths))
+    blocks = report_blocks(paths, receipt)
     write_model(paths.receipt, receipt)
     write_atomic(paths.receipt_signature, key.sign(paths.receipt.read_bytes()))
     write_atomic(paths.receipt_public_key, f"{key.public}\n".encode())
@@ -144,6 +144,11 @@ def write_report(run_dir: Path) -> Receipt:
     plot(receipt, paths.report_png)
     write_html(paths, receipt, blocks)
     return receipt
+
+
+def report_blocks(paths: RunPaths, receipt: Receipt) -> list[Block]:
+    """The report's document: the receipt and what the run's files add to it."""
+    return document(receipt, first_requests(paths), refused_egress(paths), run_tasks(paths))
 
 
 def first_requests(paths: RunPaths) -> dict[str, tuple[PromptFootprint, ...]]:

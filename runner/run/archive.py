@@ -1,0 +1,202 @@
+"""``runner archive``: one reproducible, signed, credential-free tarball of a finished run.
+
+The tarball holds every file of the run directory a reviewer needs (lock, resolution, schedule,
+ledger, attempts, proxy records, trial directories, verify evidence, scan, the signed receipt
+with its public key, the report) under ``<run name>/``, and ``archive-manifest.json`` naming
+each file with its sha256 and size, signed by the lab operator (``archive-manifest.sig``). A
+bulky file (trial trees, the audits' raw evidence, the report's pictures) over the size limit is
+kept by digest only (in the manifest, not in the tarball); the records the check reads are always
+kept whole. The scan's canary is left out (it is planted to be found). The bytes depend only on
+the files: entries sorted, mtime 0, owner 0:0, mode 0644, gzip without name or time.
+
+Before the tarball is moved into place, the credential scan (runner.run.scan) runs over its own
+bytes and over every member unpacked: any bearer-shaped string refuses the archive.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO, Literal
+
+from pydantic import Field
+
+from runner.core.canonical import canonical_json, file_digest
+from runner.core.errors import InputError, RunnerError
+from runner.core.files import read_model
+from runner.core.models import FrozenModel, Sha256
+from runner.records.paths import RunPaths
+from runner.run.scan import Leak, scan
+from runner.run.signing import OperatorKey
+
+MANIFEST = "archive-manifest.json"
+MANIFEST_SIGNATURE = "archive-manifest.sig"
+DEFAULT_SIZE_LIMIT = 32 << 20  # bytes; a larger bulky file is kept by digest only
+
+
+class ArchivedFile(FrozenModel):
+    path: str = Field(description="relative to the run directory, POSIX")
+    sha256: Sha256
+    size: int = Field(ge=0)
+    kept: bool = Field(description="False: over the size limit, kept by digest only")
+
+
+class ArchiveManifest(FrozenModel):
+    schema_version: Literal[1] = 1
+    run: str = Field(description="the run directory's name, the tarball's top directory")
+    size_limit: int = Field(ge=0)
+    files: tuple[ArchivedFile, ...]
+    left_out: tuple[str, ...] = Field(description="files of the run not archived: why each")
+    signed_by: str = Field(description="the operator's SSH public key")
+
+    def file(self, path: str) -> ArchivedFile | None:
+        return next((entry for entry in self.files if entry.path == path), None)
+
+
+def _left_out(paths: RunPaths) -> dict[Path, str]:
+    """Files of the run directory that never go into an archive, and why."""
+    return {paths.scan_canary: "the credential scan's canary (planted to be found)"}
+
+
+def _bulky(relative: Path) -> bool:
+    """Where the bulk of a run lies: trial trees (a retried attempt's too), the audits' raw
+    evidence, the report's pictures. Everything else is a record the check reads."""
+    parts = relative.parts
+    return (
+        parts[0] in ("trials", "report-files")
+        or relative.as_posix() in ("report.png", "report.html")
+        or (parts[0] == "verify" and len(parts) > 2)
+        or (parts[0] == "attempts" and parts[3:4] == ("trial",))
+    )
+
+
+def _run_files(paths: RunPaths) -> Iterator[Path]:
+    for directory, _, names in os.walk(paths.run_dir):
+        for name in names:
+            path = Path(directory, name)
+            if path.is_file() and not path.is_symlink():
+                yield path
+
+
+def archive_manifest(paths: RunPaths, key: OperatorKey, size_limit: int) -> ArchiveManifest:
+    left_out = _left_out(paths)
+    files = []
+    for path in sorted(_run_files(paths), key=lambda p: p.relative_to(paths.run_dir).as_posix()):
+        if path in left_out:
+            continue
+        size = path.stat().st_size
+        files.append(
+            ArchivedFile(
+                path=path.relative_to(paths.run_dir).as_posix(),
+                sha256=file_digest(path),
+                size=size,
+                kept=size <= size_limit or not _bulky(path.relative_to(paths.run_dir)),
+            )
+        )
+    return ArchiveManifest(
+        run=paths.run_dir.name,
+        size_limit=size_limit,
+        files=tuple(files),
+        left_out=tuple(
+            f"{path.relative_to(paths.run_dir).as_posix()}: {why}"
+            for path, why in left_out.items()
+            if path.exists()
+        ),
+        signed_by=key.public,
+    )
+
+
+def _add(tar: tarfile.TarFile, name: str, size: int, data: BinaryIO) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = size, 0, 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    tar.addfile(info, data)
+
+
+def write_tarball(target: BinaryIO, paths: RunPaths, manifest: ArchiveManifest, sig: bytes) -> None:
+    """The tarball's bytes: the manifest and its signature first, then the kept files, sorted."""
+    manifest_bytes = canonical_json(manifest) + b"\n"
+    with (
+        gzip.GzipFile(filename="", mode="wb", fileobj=target, mtime=0) as zipped,
+        tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for name, data in ((MANIFEST, manifest_bytes), (MANIFEST_SIGNATURE, sig)):
+            _add(tar, f"{manifest.run}/{name}", len(data), io.BytesIO(data))
+        for entry in manifest.files:
+            if entry.kept:
+                with (paths.run_dir / entry.path).open("rb") as handle:
+                    _add(tar, f"{manifest.run}/{entry.path}", entry.size, handle)
+
+
+def unpack(archive: Path, into: Path) -> str:
+    """Unpack the tarball's regular files under ``into`` (nothing outside it: no links, no
+    absolute or ``..`` names, one top directory); returns the top directory's name."""
+    tops: set[str] = set()
+    try:
+        with tarfile.open(archive, mode="r:gz") as tar:
+            for member in tar:
+                name = PurePosixPath(member.name)
+                if not member.isfile() or name.is_absolute() or ".." in name.parts:
+                    raise InputError(f"{archive}: member {member.name!r} is not a plain file")
+                tops.add(name.parts[0])
+                target = into.joinpath(*name.parts)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                source = tar.extractfile(member)
+                assert source is not None  # a regular file's member always has data
+                with source, target.open("wb") as handle:
+                    shutil.copyfileobj(source, handle)
+    except (tarfile.TarError, OSError, EOFError) as error:
+        raise InputError(f"{archive}: not a readable archive: {error}") from None
+    if len(tops) != 1:
+        raise InputError(f"{archive}: expected one top directory, found {sorted(tops)}")
+    return tops.pop()
+
+
+def archive_leaks(archive: Path, tree: Path) -> tuple[Leak, ...]:
+    """The credential scan over the archive's bytes and over its members unpacked under
+    ``tree``: no real key or bearer is known here, so what it finds is the bearer shape."""
+    members = scan([tree], {}, base=tree).leaks  # first: they name the member
+    return members + scan([archive], {}, base=archive.parent).leaks
+
+
+def read_manifest(tree: Path) -> ArchiveManifest:
+    return read_model(tree / MANIFEST, ArchiveManifest)
+
+
+def write_archive(
+    run_dir: Path, out: Path, size_limit: int = DEFAULT_SIZE_LIMIT
+) -> ArchiveManifest:
+    """Write the run's archive to ``out``, refused (nothing written) when its receipt is not
+    signed by this operator's key or the scan of its bytes finds anything."""
+    paths = RunPaths(run_dir)
+    if not paths.run_dir.is_dir():
+        raise InputError(f"{run_dir}: no such run directory")
+    key = OperatorKey.default()
+    if not paths.receipt_signature.is_file():
+        raise InputError(f"{run_dir}: its receipt is not signed: run `runner report {run_dir}`")
+    if paths.receipt_public_key.read_text().strip() != key.public:
+        raise RunnerError(f"{paths.receipt_public_key}: the receipt was signed by another key")
+    manifest = archive_manifest(paths, key, size_limit)
+    signature = key.sign(canonical_json(manifest) + b"\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".archive-", dir=out.parent) as scratch:
+        staged = Path(scratch, out.name)
+        with staged.open("wb") as handle:
+            write_tarball(handle, paths, manifest, signature)
+        unpack(staged, Path(scratch, "tree"))
+        leaks = archive_leaks(staged, Path(scratch, "tree"))
+        if leaks:
+            first = leaks[0]
+            raise RunnerError(
+                f"archive refused: the credential scan found a {first.kind} in {first.file}"
+                + (f" ({len(leaks) - 1} more)" if len(leaks) > 1 else "")
+            )
+        os.replace(staged, out)
+    return manifest

@@ -1,0 +1,253 @@
+"""``runner check-archive``: verify a run's archive offline, trusting nothing but the operator's
+public key (the one in the archive, or one the reviewer pins).
+
+The links, checked in this order; the first that does not hold is the verdict:
+
+1. the credential scan over the archive's bytes and its members finds nothing;
+2. the manifest's and the receipt's signatures verify with the operator's public key;
+3. every member is in the manifest with its sha256, and every file the manifest keeps is there;
+4. the ledger's hash chain links every line, from the run's seed to the receipt's head;
+5. the ledger has each scheduled cell once, on the attempt its records say finished (the
+   interrupted and retried attempts kept apart, under attempts/);
+6. every file a ledger line names has the sha256 the line records;
+7. every outcome agrees with its own trial's evidence, read as the cell runner read it
+   (runner.cells.classify);
+8. the receipt, its status included, and the report's tables recompute from the run's files.
+
+Not checked (the archive cannot show them): that the guest ran what the freeze recorded
+(the final verify's report is evidence, not a re-run), a verifier_setup or unjudged verdict's
+cause (the mirror log and the freeze manifest stay in the lab), and secrets other than the
+bearer shape (the real key and the issued bearers never leave the controller).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.cells.classify import classify
+from runner.core.canonical import file_digest
+from runner.core.errors import RunnerError
+from runner.core.files import read_model
+from runner.records.ledger import Ledger, LedgerChain, LedgerLine, Outcome, chain_seed, check_chain
+from runner.records.paths import RunPaths
+from runner.records.schedule import Schedule
+from runner.run.archive import (
+    MANIFEST,
+    MANIFEST_SIGNATURE,
+    ArchiveManifest,
+    archive_leaks,
+    read_manifest,
+    unpack,
+)
+from runner.run.receipt import Receipt
+from runner.run.report import load_run, markdown, report_blocks
+from runner.run.signing import verify
+
+# The cell runner's own reasons for an indeterminate cell whose trial holds a verdict
+# (runner/cells/cell.py): the verdict is overruled by evidence the lab keeps, not the archive.
+_OVERRULED: dict[Outcome, tuple[str, ...]] = {
+    "fail": ("verifier_setup:", "unjudged:"),
+    "pass": (),
+    "indeterminate": (),
+}
+_DEADLINE_REASON = "deadline passed"
+
+
+class ArchiveBroken(RunnerError):
+    """A link of the archive's evidence does not hold."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    run: str
+    cells: int
+    status: str
+    chain: LedgerChain
+    signed_by: str
+    digest_only: int
+    not_rejudged: int = 0  # cells whose trial has a file kept by digest only
+
+    @property
+    def line(self) -> str:
+        return (
+            f"archive intact: run {self.run}, {self.cells} cells, receipt {self.status}, "
+            f"ledger chain {self.chain.state} (head {self.chain.head}), "
+            f"{self.digest_only} files kept by digest only"
+            + (f" ({self.not_rejudged} outcomes not re-judged)" if self.not_rejudged else "")
+            + f", signed by {self.signed_by}"
+        )
+
+
+def check_archive(archive: Path, pinned_key: str | None = None) -> Verdict:
+    """Every link above, or ``ArchiveBroken`` naming the first that does not hold."""
+    with tempfile.TemporaryDirectory(prefix="frozen-bench-check-") as scratch:
+        tree = Path(scratch)
+        paths = RunPaths(tree / unpack(archive, tree))
+        check_scan(archive, tree)
+        manifest = read_manifest(paths.run_dir)
+        public_key = check_signatures(paths, manifest, pinned_key)
+        check_members(paths, manifest)
+        receipt = read_model(paths.receipt, Receipt)
+        chain = check_ledger_chain(paths, receipt)
+        lines = Ledger(paths).lines()
+        check_schedule(paths, lines, receipt)
+        check_artifacts(lines, manifest)
+        judged = [line for line in lines if whole_trial(line, manifest)]
+        for line in judged:
+            check_outcome(paths, line)
+        check_recomputed(paths, receipt, public_key)
+        return Verdict(
+            run=manifest.run,
+            cells=len(lines),
+            status=receipt.status,
+            chain=chain,
+            signed_by=public_key,
+            digest_only=sum(not entry.kept for entry in manifest.files),
+            not_rejudged=len(lines) - len(judged),
+        )
+
+
+def check_scan(archive: Path, tree: Path) -> None:
+    leaks = archive_leaks(archive, tree)
+    if leaks:
+        where = leaks[0].file + (f" (inside {leaks[0].inside})" if leaks[0].inside else "")
+        raise ArchiveBroken(f"credential scan: a {leaks[0].kind}-shaped string in {where}")
+
+
+def check_signatures(paths: RunPaths, manifest: ArchiveManifest, pinned_key: str | None) -> str:
+    """The operator's public key, once both signatures verify with it."""
+    for required in (paths.receipt_public_key, paths.receipt_signature, paths.receipt):
+        if not required.is_file():
+            raise ArchiveBroken(f"{required.name}: missing from the archive")
+    public_key = paths.receipt_public_key.read_text().strip()
+    if pinned_key is not None and pinned_key.strip() != public_key:
+        raise ArchiveBroken(f"{paths.receipt_public_key.name}: not the key given with --key")
+    if manifest.signed_by != public_key:
+        raise ArchiveBroken(f"{MANIFEST}: signed_by is not {paths.receipt_public_key.name}")
+    signed = {
+        MANIFEST_SIGNATURE: paths.run_dir / MANIFEST,
+        paths.receipt_signature.name: paths.receipt,
+    }
+    for signature, data in signed.items():
+        if not (paths.run_dir / signature).is_file():
+            raise ArchiveBroken(f"{signature}: missing from the archive")
+        problem = verify(data.read_bytes(), (paths.run_dir / signature).read_bytes(), public_key)
+        if problem is not None:
+            raise ArchiveBroken(
+                f"{signature}: not the operator's signature of {data.name} ({problem})"
+            )
+    return public_key
+
+
+def check_members(paths: RunPaths, manifest: ArchiveManifest) -> None:
+    present = {
+        path.relative_to(paths.run_dir).as_posix()
+        for path in paths.run_dir.rglob("*")
+        if path.is_file()
+    } - {MANIFEST, MANIFEST_SIGNATURE}
+    for entry in manifest.files:
+        if not entry.kept:
+            continue
+        if entry.path not in present:
+            raise ArchiveBroken(f"{entry.path}: in the manifest, missing from the archive")
+        if file_digest(paths.run_dir / entry.path) != entry.sha256:
+            raise ArchiveBroken(f"{entry.path}: not the sha256 the manifest records")
+        present.discard(entry.path)
+    if present:
+        raise ArchiveBroken(f"{sorted(present)[0]}: in the archive, not in the manifest")
+
+
+def check_ledger_chain(paths: RunPaths, receipt: Receipt) -> LedgerChain:
+    schedule = read_model(paths.schedule, Schedule)
+    ledger = paths.ledger.read_bytes() if paths.ledger.exists() else b""
+    chain = check_chain(ledger, chain_seed(schedule))
+    if chain.broken_at is not None:
+        raise ArchiveBroken(f"ledger chain: {chain.broken_at}")
+    recorded = receipt.ledger_chain
+    if recorded is not None and recorded.head != chain.head:
+        raise ArchiveBroken(
+            f"ledger chain: the receipt's head is not cells.jsonl's last line "
+            f"({recorded.lines} lines signed, {chain.lines} in the ledger)"
+        )
+    return chain
+
+
+def check_schedule(paths: RunPaths, lines: list[LedgerLine], receipt: Receipt) -> None:
+    schedule = read_model(paths.schedule, Schedule)
+    if receipt.identities.schedule_sha256 != schedule.sha256:
+        raise ArchiveBroken("schedule.json: not the schedule the receipt names")
+    scheduled = {cell.id for cell in schedule.cells}
+    for line in lines:
+        if line.cell_id not in scheduled:
+            raise ArchiveBroken(f"cells.jsonl: {line.cell_id} is not in the schedule")
+        check_attempts(paths, line)
+    missing = scheduled - {line.cell_id for line in lines}
+    if missing and receipt.status != "failed_closed":
+        raise ArchiveBroken(f"cells.jsonl: no line for {sorted(missing)[0]}, receipt not failed")
+
+
+def check_attempts(paths: RunPaths, line: LedgerLine) -> None:
+    """The line is its cell's finished attempt; every other attempt was interrupted or retried."""
+    records = Ledger(paths).attempts(line.cell_id)
+    finished = [record.attempt for record in records if record.status == "finished"]
+    if finished != [line.attempt]:
+        raise ArchiveBroken(
+            f"attempts/{line.cell_id}: finished attempts {finished}, the ledger's is {line.attempt}"
+        )
+    retried = sum(record.status == "retried" for record in records)
+    if retried != line.retried_attempts:
+        raise ArchiveBroken(
+            f"attempts/{line.cell_id}: {retried} retried attempts, the ledger says "
+            f"{line.retried_attempts}"
+        )
+
+
+def check_artifacts(lines: list[LedgerLine], manifest: ArchiveManifest) -> None:
+    for line in lines:
+        for artifact in line.artifacts:
+            entry = manifest.file(artifact.path)
+            if entry is None or entry.sha256 != artifact.sha256:
+                raise ArchiveBroken(
+                    f"{artifact.path}: not the sha256 its ledger line ({line.cell_id}) records"
+                )
+
+
+def whole_trial(line: LedgerLine, manifest: ArchiveManifest) -> bool:
+    """Whether every file of the cell's trial is in the archive, so its outcome can be re-judged."""
+    trial = f"trials/{line.cell_id}/"
+    entries = (manifest.file(a.path) for a in line.artifacts if a.path.startswith(trial))
+    return all(entry is not None and entry.kept for entry in entries)
+
+
+def check_outcome(paths: RunPaths, line: LedgerLine) -> None:
+    deadline = line.reason.startswith(_DEADLINE_REASON)
+    expected, why, _ = classify(paths.trial(line.cell_id), deadline)
+    if line.outcome == expected:
+        return
+    if line.outcome == "indeterminate" and line.reason.startswith(_OVERRULED[expected]):
+        return
+    raise ArchiveBroken(
+        f"cells.jsonl: {line.cell_id} says {line.outcome}, its trial says {expected} ({why})"
+    )
+
+
+def check_recomputed(paths: RunPaths, receipt: Receipt, public_key: str) -> None:
+    recomputed = load_run(paths, signed_by=public_key)
+    if recomputed.status != receipt.status:
+        reasons = "; ".join(recomputed.reasons) or "no reason to fail"
+        raise ArchiveBroken(
+            f"receipt.json: status {receipt.status}, the evidence gives {recomputed.status} "
+            f"({reasons})"
+        )
+    signed = receipt.model_dump(mode="json", by_alias=True)
+    derived = recomputed.model_dump(mode="json", by_alias=True)
+    differing = sorted(
+        key for key in signed.keys() | derived.keys() if signed.get(key) != derived.get(key)
+    )
+    if differing:
+        raise ArchiveBroken(f"receipt.json: {differing[0]} does not recompute from the run's files")
+    # Rendered from the recomputed receipt: its dicts keep the lock's order, as the report did.
+    if markdown(report_blocks(paths, recomputed)) != paths.report_md.read_text():
+        raise ArchiveBroken("report.md: its tables do not recompute from the ledger")

@@ -1,0 +1,263 @@
+"""The evidence archive: a finished run (FakeLab, no VM) archived, then tampered with in each way
+a reviewer must catch; ``runner check-archive`` names each and exits 1, the untouched archive
+passes, and two archives of one run directory are the same bytes.
+
+Two kinds of tamperer: one who edits the tarball (and so cannot sign), and one who holds the
+operator's key and archives an edited run directory afresh (the manifest signed again): the
+ledger's chain, the trial evidence and the recomputed receipt must still catch the second.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from runner.core.roots import CACHE_ENV, REPO_ROOT
+from runner.records.ledger import Ledger, LedgerLine
+from runner.records.paths import RunPaths
+from runner.run.archive import DEFAULT_SIZE_LIMIT, read_manifest, unpack, write_archive
+from runner.run.check_archive import ArchiveBroken, check_archive
+from runner.run.execute import ExecuteOptions, execute
+from runner.run.report import write_report
+from tests.support.fake_lab import FakeLab
+from tests.support.fake_transport import FakeTransport, trial_tree
+from tests.test_report_cli import runner_cli
+
+DEMO = REPO_ROOT / "locks" / "demo.toml"
+BROKEN = ArchiveBroken
+BEARER_SHAPED = "fbr_" + "A" * 43
+
+
+@pytest.fixture(scope="module")
+def operator_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A cache of its own, so the operator key these tests make is theirs."""
+    cache = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_ENV, str(cache))
+        yield cache
+
+
+@pytest.fixture(scope="module")
+def finished_run(operator_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo lock's 4 cells run on a fake guest, every trial's reward 0: 4 fails."""
+    root = tmp_path_factory.mktemp("run")
+    lab = FakeLab(FakeTransport(trials=trial_tree(root / "t", "fail")))
+    receipt = execute(ExecuteOptions(DEMO, root / "run", "fake"), Console(file=io.StringIO()), lab)
+    assert receipt.status == "completed", receipt.reasons
+    return root / "run"
+
+
+@pytest.fixture(scope="module")
+def archive(finished_run: Path) -> Path:
+    out = finished_run.parent / "run.tar.gz"
+    write_archive(finished_run, out)
+    return out
+
+
+def copy_of(run_dir: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / run_dir.name
+    shutil.copytree(run_dir, copy)
+    return copy
+
+
+def rearchived(run_dir: Path, tmp_path: Path, edit: Callable[[RunPaths], None]) -> Path:
+    """The tamperer with the key: edits a copy of the run directory and archives it afresh."""
+    copy = copy_of(run_dir, tmp_path)
+    edit(RunPaths(copy))
+    out = tmp_path / "forged.tar.gz"
+    write_archive(copy, out)
+    return out
+
+
+def repacked(archive: Path, tmp_path: Path, edit: Callable[[RunPaths], None]) -> Path:
+    """The tamperer without the key: edits the tarball's members, keeps everything else."""
+    tree = tmp_path / "tree"
+    top = unpack(archive, tree)
+    edit(RunPaths(tree / top))
+    out = tmp_path / "repacked.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        for path in sorted((tree / top).rglob("*")):
+            if path.is_file():
+                tar.add(path, arcname=path.relative_to(tree).as_posix())
+    return out
+
+
+def broken(archive: Path) -> str:
+    with pytest.raises(ArchiveBroken) as raised:
+        check_archive(archive)
+    return str(raised.value)
+
+
+def raw_lines(paths: RunPaths) -> list[str]:
+    return paths.ledger.read_text().splitlines(keepends=True)
+
+
+def edit_line(paths: RunPaths, number: int, **changes: object) -> None:
+    lines = raw_lines(paths)
+    data = json.loads(lines[number - 1])
+    data.update(changes)
+    lines[number - 1] = json.dumps(data) + "\n"
+    paths.ledger.write_text("".join(lines))
+
+
+def test_the_untouched_archive_passes(archive: Path, finished_run: Path) -> None:
+    verdict = check_archive(archive)
+    assert (verdict.cells, verdict.status, verdict.chain.state) == (4, "completed", "intact")
+    assert verdict.signed_by == RunPaths(finished_run).receipt_public_key.read_text().strip()
+    done = runner_cli("check-archive", str(archive))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("archive intact: run run, 4 cells, receipt completed")
+
+
+def test_two_archives_of_one_run_are_the_same_bytes(finished_run: Path, tmp_path: Path) -> None:
+    first, second = tmp_path / "a.tar.gz", tmp_path / "b.tar.gz"
+    write_archive(finished_run, first)
+    write_archive(finished_run, second)
+    assert first.read_bytes() == second.read_bytes()
+
+
+def test_the_archive_holds_no_canary_and_a_manifest(archive: Path, tmp_path: Path) -> None:
+    top = unpack(archive, tmp_path)
+    manifest = read_manifest(tmp_path / top)
+    assert not (tmp_path / top / "attempts" / "scan-canary.txt").exists()
+    assert [line.split(":")[0] for line in manifest.left_out] == ["attempts/scan-canary.txt"]
+    assert manifest.size_limit == DEFAULT_SIZE_LIMIT and all(f.kept for f in manifest.files)
+    with tarfile.open(archive) as tar:
+        members = tar.getmembers()
+    assert {(m.mtime, m.uid, m.gid, m.mode, m.uname) for m in members} == {(0, 0, 0, 0o644, "")}
+
+
+def test_large_files_are_kept_by_digest_only(finished_run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "small.tar.gz"
+    manifest = write_archive(finished_run, out, size_limit=10)
+    left = {entry.path for entry in manifest.files if not entry.kept}
+    assert "report.png" in left and any(path.endswith("/result.json") for path in left)
+    assert not left & {"receipt.json", "cells.jsonl", "report.md", "verify/final.json"}
+    with tarfile.open(out) as tar:
+        assert "run/report.png" not in tar.getnames()
+    verdict = check_archive(out)
+    assert (verdict.digest_only, verdict.not_rejudged) == (len(left), 4)
+
+
+def test_a_ledger_value_edited_fail_to_pass_breaks_the_chain(
+    finished_run: Path, tmp_path: Path
+) -> None:
+    forged = rearchived(finished_run, tmp_path, lambda p: edit_line(p, 1, outcome="pass"))
+    assert "ledger chain: cells.jsonl line 2" in broken(forged)
+
+
+def test_a_pass_rechained_and_reported_disagrees_with_its_trial(
+    finished_run: Path, tmp_path: Path
+) -> None:
+    def forge(paths: RunPaths) -> None:
+        lines = Ledger(paths).lines()
+        paths.ledger.unlink()
+        for number, line in enumerate(lines):
+            update = {"outcome": "pass", "reason": "reward 1"} if number == 0 else {}
+            Ledger(paths).append(LedgerLine.model_validate(line.model_copy(update=update)))
+        write_report(paths.run_dir)  # signed again with the operator's key
+
+    message = broken(rearchived(finished_run, tmp_path, forge))
+    assert "says pass, its trial says fail (reward 0)" in message
+
+
+def test_a_dropped_line_breaks_the_chain(finished_run: Path, tmp_path: Path) -> None:
+    def drop(paths: RunPaths) -> None:
+        lines = raw_lines(paths)
+        paths.ledger.write_text("".join(lines[:1] + lines[2:]))
+
+    assert "ledger chain: cells.jsonl line 2" in broken(rearchived(finished_run, tmp_path, drop))
+
+
+def test_a_dropped_last_line_misses_the_receipts_head(finished_run: Path, tmp_path: Path) -> None:
+    def drop(paths: RunPaths) -> None:
+        paths.ledger.write_text("".join(raw_lines(paths)[:-1]))
+
+    message = broken(rearchived(finished_run, tmp_path, drop))
+    assert "the receipt's head is not cells.jsonl's last line (4 lines signed, 3" in message
+
+
+def test_two_reordered_lines_break_the_chain(finished_run: Path, tmp_path: Path) -> None:
+    def reorder(paths: RunPaths) -> None:
+        lines = raw_lines(paths)
+        lines[1], lines[2] = lines[2], lines[1]
+        paths.ledger.write_text("".join(lines))
+
+    message = broken(rearchived(finished_run, tmp_path, reorder))
+    assert "ledger chain: cells.jsonl line 2" in message
+
+
+def test_a_swapped_trial_file_is_named(finished_run: Path, tmp_path: Path) -> None:
+    def swap(paths: RunPaths) -> None:
+        result = next(paths.trials_dir.glob("*/trial-1/result.json"))
+        fixture = json.loads((REPO_ROOT / "tests/harbor_results/pass.json").read_text())
+        result.write_text(json.dumps(fixture["result"]))
+
+    message = broken(rearchived(finished_run, tmp_path, swap))
+    assert "/trial-1/result.json: not the sha256 its ledger line" in message
+
+
+def test_a_member_edited_in_the_tarball_is_not_the_manifests(archive: Path, tmp_path: Path) -> None:
+    forged = repacked(archive, tmp_path, lambda p: edit_line(p, 1, outcome="pass"))
+    assert broken(forged) == "cells.jsonl: not the sha256 the manifest records"
+
+
+def test_an_altered_receipt_fails_its_signature(archive: Path, tmp_path: Path) -> None:
+    def alter(paths: RunPaths) -> None:
+        paths.receipt.write_text(paths.receipt.read_text().replace("completed", "failed_closed"))
+
+    message = broken(repacked(archive, tmp_path, alter))
+    assert message.startswith("receipt.sig: not the operator's signature of receipt.json")
+
+
+def test_a_replaced_signature_fails(archive: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+
+    def resign(paths: RunPaths) -> None:
+        signing = ["ssh-keygen", "-Y", "sign", "-q", "-f", str(other), "-n", "frozen-bench-receipt"]
+        signed = subprocess.run(signing, input=paths.receipt.read_bytes(), capture_output=True)
+        paths.receipt_signature.write_bytes(signed.stdout)
+
+    message = broken(repacked(archive, tmp_path, resign))
+    assert message.startswith("receipt.sig: not the operator's signature of receipt.json")
+
+
+def test_a_planted_bearer_is_found_and_named(archive: Path, tmp_path: Path) -> None:
+    def plant(paths: RunPaths) -> None:
+        log = next(paths.trials_dir.glob("*/trial-1/harbor.log"))
+        log.write_text(f"Authorization: Bearer {BEARER_SHAPED}\n")
+
+    forged = repacked(archive, tmp_path, plant)
+    message = broken(forged)
+    assert message.startswith("credential scan: a bearer-shaped string in")
+    assert "/trial-1/harbor.log" in message and BEARER_SHAPED not in message
+    done = runner_cli("check-archive", str(forged))
+    assert done.returncode == 1 and done.stdout.startswith("archive BROKEN: credential scan")
+
+
+def test_an_archive_holding_a_bearer_is_refused(finished_run: Path, tmp_path: Path) -> None:
+    copy = copy_of(finished_run, tmp_path)
+    next(RunPaths(copy).trials_dir.glob("*/trial-1/harbor.log")).write_text(BEARER_SHAPED)
+    out = tmp_path / "refused.tar.gz"
+    done = runner_cli("archive", str(copy), "--out", str(out))
+    assert done.returncode == 1 and not out.exists()
+    assert "archive refused: the credential scan found a bearer" in done.stderr
+
+
+def test_a_drift_in_the_evidence_must_fail_the_receipt(finished_run: Path, tmp_path: Path) -> None:
+    def drift(paths: RunPaths) -> None:
+        report = json.loads(paths.final_verify.read_text())
+        report["drifts"] = [{"check": "file:/etc/x", "expected": "a", "found": "b"}]
+        paths.final_verify.write_text(json.dumps(report))
+
+    message = broken(rearchived(finished_run, tmp_path, drift))
+    assert "receipt.json: status completed, the evidence gives failed_closed" in message
