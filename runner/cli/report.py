@@ -19,5 +19,7 @@ def report_command(run_dir: Path) -> None:
     click.echo(f"status: {receipt.status}")
     for reason in receipt.reasons:
         click.echo(f"  failed closed: {reason}")
-    for path in (paths.receipt, paths.report_md, paths.report_png, paths.report_html):
+    written = (paths.receipt, paths.receipt_signature, paths.report_md, paths.report_png)
+    for path in (*written, paths.report_html):
         click.echo(f"wrote {path}")
+    click.echo(f"receipt signed by {receipt.signed_by} ({paths.receipt_public_key})")
