@@ -253,11 +253,53 @@ def test_an_archive_holding_a_bearer_is_refused(finished_run: Path, tmp_path: Pa
     assert "archive refused: the credential scan found a bearer" in done.stderr
 
 
-def test_a_drift_in_the_evidence_must_fail_the_receipt(finished_run: Path, tmp_path: Path) -> None:
-    def drift(paths: RunPaths) -> None:
-        report = json.loads(paths.final_verify.read_text())
-        report["drifts"] = [{"check": "file:/etc/x", "expected": "a", "found": "b"}]
-        paths.final_verify.write_text(json.dumps(report))
+def plant_drift(paths: RunPaths) -> None:
+    report = json.loads(paths.final_verify.read_text())
+    report["drifts"] = [{"check": "file:/etc/x", "expected": "a", "found": "b"}]
+    paths.final_verify.write_text(json.dumps(report))
 
-    message = broken(rearchived(finished_run, tmp_path, drift))
+
+def plant_leak(paths: RunPaths) -> None:
+    scan = json.loads(paths.scan.read_text())
+    scan["leaks"], scan["clean"] = [{"file": "trials/x/log", "kind": "provider_key"}], False
+    paths.scan.write_text(json.dumps(scan))
+
+
+@pytest.mark.parametrize("evidence", [plant_drift, plant_leak], ids=["drift", "leak"])
+def test_a_drift_or_a_leak_must_fail_the_receipt(
+    finished_run: Path, tmp_path: Path, evidence: Callable[[RunPaths], None]
+) -> None:
+    message = broken(rearchived(finished_run, tmp_path, evidence))
     assert "receipt.json: status completed, the evidence gives failed_closed" in message
+
+
+def test_a_ledger_from_before_the_chain_is_reported_unchained(
+    finished_run: Path, tmp_path: Path
+) -> None:
+    def unchain(paths: RunPaths) -> None:
+        lines = [json.loads(raw) for raw in raw_lines(paths)]
+        paths.ledger.write_text(
+            "".join(json.dumps({**line, "previous_sha256": None}) + "\n" for line in lines)
+        )
+        assert write_report(paths.run_dir).ledger_chain.state == "unchained"  # type: ignore[union-attr]
+        assert "| ledger chain | unchained (4 lines) |" in paths.report_md.read_text()
+
+    verdict = check_archive(rearchived(finished_run, tmp_path, unchain))
+    assert (verdict.chain.state, verdict.status) == ("unchained", "completed")
+
+
+def test_a_line_ended_early_needs_its_exception_kept(finished_run: Path, tmp_path: Path) -> None:
+    def forge(paths: RunPaths) -> None:
+        edit_line(paths, 4, outcome="indeterminate", reason="ended early: x")
+        write_report(paths.run_dir)  # the last line: the receipt's head is signed again
+
+    message = broken(rearchived(finished_run, tmp_path, forge))
+    assert "the line says it ended early, its attempt record keeps no exception" in message
+
+
+def test_a_pinned_key_must_be_the_signers(archive: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    done = runner_cli("check-archive", str(archive), "--key", f"{other}.pub")
+    assert done.returncode == 1
+    assert done.stdout == "archive BROKEN: receipt-key.pub: not the key given with --key\n"

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from enum import StrEnum
 from pathlib import Path
 
 from runner.cells.accounting import (
@@ -68,6 +69,17 @@ from runner.spec.lock import Lock, Model
 
 CELL_PGID_FILE = "/run/bench-cell.pgid"
 GUEST_WAIT_SECONDS = 60.0  # for the guest to answer again after a failed cell
+
+
+class OverruledBy(StrEnum):
+    """How the reason of an indeterminate line begins when the cell runner overruled what its
+    trial says (the evidence for it is the attempt record, the mirror log, the freeze)."""
+
+    ENDED_EARLY = "ended early"  # a phase raised; the attempt record keeps the exception
+    VERIFIER_SETUP = "verifier_setup"  # the verifier's own setup failed (a fail or no verdict)
+    UNJUDGED = "unjudged"  # the lab's oracle did not score 1 (a fail)
+
+
 EGRESS_READ_SECONDS = 60.0
 AGENT_CLASSES = {
     "pi": "runner.guest.harbor_agents:PiAgent",
@@ -234,7 +246,7 @@ class CellRunner:
             ledger.note_failure(cell.id, attempt.record.attempt, failure)
             self._close_proxy(attempt)
             evidence = Evidence(ending="runner_error", runner_phase=failure.phase)
-            reason = f"ended early: {failure.line}"
+            reason = f"{OverruledBy.ENDED_EARLY}: {failure.line}"
             return self._line(attempt, "indeterminate", reason, 0, evidence), (error, failure)
         finally:
             self._close_proxy(attempt)  # also on KeyboardInterrupt: the proxy record is written
@@ -308,10 +320,11 @@ class CellRunner:
             attempt.mirror = read_requests(self.mirror_log, attempt.mirror_offset)[0]
         setup_problem = verifier_setup_problem(attempt.trial_root, harbor, attempt.mirror or ())
         if setup_problem is not None and outcome != "pass":
-            outcome, reason = "indeterminate", f"verifier_setup: {setup_problem}"
+            outcome, reason = "indeterminate", f"{OverruledBy.VERIFIER_SETUP}: {setup_problem}"
         unjudged = outcome == "fail" and attempt.cell.task in self.unjudged
         if unjudged:
-            outcome, reason = "indeterminate", f"unjudged: {self.unjudged[attempt.cell.task]}"
+            why = self.unjudged[attempt.cell.task]
+            outcome, reason = "indeterminate", f"{OverruledBy.UNJUDGED}: {why}"
         events = next(iter(sorted(attempt.trial_root.rglob(AGENT_EVENT_LOG))), None)
         logical = count_logical_attempts_in(events) if events else None
         reconciliation = reconcile(logical, attempt.counts) if logical else None

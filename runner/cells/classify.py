@@ -16,6 +16,8 @@ from runner.records.ledger import Outcome
 
 # Beside Harbor's trial directory: the guest's clock (`date +%s.%N`) as the cell launched Harbor.
 HARBOR_LAUNCHED_AT = "harbor-launched-at"
+# How a ledger line's reason begins when the host's deadline killed the cell.
+DEADLINE_REASON = "deadline passed"
 
 
 class _HarborModel(BaseModel):
@@ -115,7 +117,7 @@ def classify(
 ) -> tuple[Outcome, str, HarborTrialResult | None]:
     """pass: reward 1; fail: reward 0; indeterminate: anything that is not a verdict."""
     if deadline_passed:
-        return "indeterminate", "deadline passed: the cell was killed", None
+        return "indeterminate", f"{DEADLINE_REASON}: the cell was killed", None
     path = find_result(trial_root)
     if path is None:
         return "indeterminate", "no Harbor result.json in the trial directory", None

@@ -26,7 +26,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.cells.classify import classify
+from runner.cells.cell import OverruledBy
+from runner.cells.classify import DEADLINE_REASON, classify
 from runner.core.canonical import file_digest
 from runner.core.errors import RunnerError
 from runner.core.files import read_model
@@ -45,14 +46,12 @@ from runner.run.receipt import Receipt
 from runner.run.report import load_run, markdown, report_blocks
 from runner.run.signing import verify
 
-# The cell runner's own reasons for an indeterminate cell whose trial holds a verdict
-# (runner/cells/cell.py): the verdict is overruled by evidence the lab keeps, not the archive.
-_OVERRULED: dict[Outcome, tuple[str, ...]] = {
-    "fail": ("verifier_setup:", "unjudged:"),
-    "pass": (),
+# What the cell runner may have overruled, by what the trial says (runner/cells/cell.py).
+_OVERRULED: dict[Outcome, tuple[OverruledBy, ...]] = {
+    "pass": (OverruledBy.ENDED_EARLY,),
+    "fail": (OverruledBy.ENDED_EARLY, OverruledBy.VERIFIER_SETUP, OverruledBy.UNJUDGED),
     "indeterminate": (),
 }
-_DEADLINE_REASON = "deadline passed"
 
 
 class ArchiveBroken(RunnerError):
@@ -169,7 +168,8 @@ def check_ledger_chain(paths: RunPaths, receipt: Receipt) -> LedgerChain:
     if recorded is not None and recorded.head != chain.head:
         raise ArchiveBroken(
             f"ledger chain: the receipt's head is not cells.jsonl's last line "
-            f"({recorded.lines} lines signed, {chain.lines} in the ledger)"
+            f"({recorded.lines} lines signed, {chain.lines} in the ledger: its end was cut, "
+            "added to or edited)"
         )
     return chain
 
@@ -222,15 +222,26 @@ def whole_trial(line: LedgerLine, manifest: ArchiveManifest) -> bool:
 
 
 def check_outcome(paths: RunPaths, line: LedgerLine) -> None:
-    deadline = line.reason.startswith(_DEADLINE_REASON)
+    deadline = line.reason.startswith(DEADLINE_REASON)
     expected, why, _ = classify(paths.trial(line.cell_id), deadline)
     if line.outcome == expected:
         return
-    if line.outcome == "indeterminate" and line.reason.startswith(_OVERRULED[expected]):
+    overruled = next((o for o in _OVERRULED[expected] if line.reason.startswith(f"{o}:")), None)
+    if line.outcome == "indeterminate" and overruled is not None:
+        if overruled == OverruledBy.ENDED_EARLY and not _failure_kept(paths, line):
+            raise ArchiveBroken(
+                f"attempts/{line.cell_id}: the line says it ended early, its attempt record "
+                "keeps no exception"
+            )
         return
     raise ArchiveBroken(
         f"cells.jsonl: {line.cell_id} says {line.outcome}, its trial says {expected} ({why})"
     )
+
+
+def _failure_kept(paths: RunPaths, line: LedgerLine) -> bool:
+    records = Ledger(paths).attempts(line.cell_id)
+    return any(r.attempt == line.attempt and r.failure is not None for r in records)
 
 
 def check_recomputed(paths: RunPaths, receipt: Receipt, public_key: str) -> None:
