@@ -303,3 +303,20 @@ def test_a_pinned_key_must_be_the_signers(archive: Path, tmp_path: Path) -> None
     done = runner_cli("check-archive", str(archive), "--key", f"{other}.pub")
     assert done.returncode == 1
     assert done.stdout == "archive BROKEN: receipt-key.pub: not the key given with --key\n"
+
+
+def test_a_member_that_is_no_plain_file_is_a_broken_link(archive: Path, tmp_path: Path) -> None:
+    out = tmp_path / "link.tar.gz"
+    with tarfile.open(archive) as source, tarfile.open(out, "w:gz") as tar:
+        for member in source:
+            tar.addfile(member, source.extractfile(member))
+        link = tarfile.TarInfo("run/trials/escape")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(link)
+    assert broken(out).endswith("member 'run/trials/escape' is not a plain file")
+
+
+def test_a_truncated_archive_is_a_broken_link(archive: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cut.tar.gz"
+    out.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
+    assert "not a readable archive" in broken(out)

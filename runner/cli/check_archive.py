@@ -11,7 +11,9 @@ from runner.run.check_archive import ArchiveBroken, check_archive
 
 
 @click.command("check-archive")
-@click.argument("archive", metavar="FILE", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument(
+    "archive", metavar="FILE", type=click.Path(path_type=Path, dir_okay=False, exists=True)
+)
 @click.option(
     "--key",
     "key_file",

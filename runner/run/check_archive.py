@@ -29,7 +29,7 @@ from pathlib import Path
 from runner.cells.cell import OverruledBy
 from runner.cells.classify import DEADLINE_REASON, classify
 from runner.core.canonical import file_digest
-from runner.core.errors import RunnerError
+from runner.core.errors import InputError, RunnerError
 from runner.core.files import read_model
 from runner.records.ledger import Ledger, LedgerChain, LedgerLine, Outcome, chain_seed, check_chain
 from runner.records.paths import RunPaths
@@ -80,7 +80,15 @@ class Verdict:
 
 
 def check_archive(archive: Path, pinned_key: str | None = None) -> Verdict:
-    """Every link above, or ``ArchiveBroken`` naming the first that does not hold."""
+    """Every link above, or ``ArchiveBroken`` naming the first that does not hold (a member
+    that is no plain file or a malformed record is a broken link too)."""
+    try:
+        return _checked(archive, pinned_key)
+    except InputError as error:
+        raise ArchiveBroken(str(error)) from None
+
+
+def _checked(archive: Path, pinned_key: str | None) -> Verdict:
     with tempfile.TemporaryDirectory(prefix="frozen-bench-check-") as scratch:
         tree = Path(scratch)
         paths = RunPaths(tree / unpack(archive, tree))

@@ -216,7 +216,7 @@ class FrozenDigests(FrozenModel):
     recompute from the run's files (None: the run directory has no such file)."""
 
     lock_sha256: Sha256 = Field(description="lock.toml's bytes")
-    environment_fingerprint: str | None = Field(description="of the run's resolution.json")
+    environment_fingerprint: Sha256 | None = Field(description="of the run's resolution.json")
     resolution_sha256: Sha256 | None
     tasks_sha256: Sha256 | None
     derived_task_trees: dict[str, Sha256] = Field(description="per task, as tasks.json has it")

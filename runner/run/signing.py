@@ -8,6 +8,7 @@ checked by OpenSSH itself; nothing here handles key material beyond naming the f
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 import subprocess
 import tempfile
@@ -41,11 +42,19 @@ class OperatorKey:
         """The lab operator's key under the cache, generated the first time it is asked for."""
         key = cls(cache_root() / "operator-key" / "id_ed25519")
         if not key.private.exists():
-            key.private.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            made = _run(["-q", "-t", "ed25519", "-N", "", "-C", SIGNER, "-f", str(key.private)])
-            if made.returncode != 0:
-                raise RunnerError(f"ssh-keygen could not make {key.private}: {_said(made)}")
+            key.generate()
         return key
+
+    def generate(self) -> None:
+        """Under a lock: two runs reporting at once (the e2e tier's two labs) make one key."""
+        self.private.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with (self.private.parent / ".lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self.private.exists():
+                return
+            made = _run(["-q", "-t", "ed25519", "-N", "", "-C", SIGNER, "-f", str(self.private)])
+            if made.returncode != 0:
+                raise RunnerError(f"ssh-keygen could not make {self.private}: {_said(made)}")
 
     @property
     def public(self) -> str:
