@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from runner.core.canonical import sha256_digest
 from runner.core.errors import InputError, RunnerError
-from runner.records.ledger import Ledger, LedgerLine, chain_seed
+from runner.records.ledger import Ledger, LedgerLine, chain_seed, check_chain
 from runner.run.receipt import build_receipt
 from runner.spec.lock import load_lock
 from tests.support.ledger_factory import line_for, new_run_dir
@@ -103,3 +104,24 @@ def test_missing_cells_or_evidence_fail_closed(seed_lock_path, tmp_path) -> None
     for scan, verify in (("leaks", "passed"), ("missing", "passed"), ("clean", "failed")):
         receipt = build_receipt(lock, schedule, lines, scan, verify)  # type: ignore[arg-type]
         assert receipt.status == "failed_closed"
+
+
+def test_the_chain_links_every_line_and_an_old_ledger_is_unchained(
+    seed_lock_path, tmp_path
+) -> None:
+    paths, schedule = new_run_dir(seed_lock_path, tmp_path / "run")
+    ledger = Ledger(paths)
+    first, second = (ledger.append(line_for(cell)) for cell in schedule.cells[:2])
+    raw = paths.ledger.read_bytes().splitlines()
+    assert second.previous_sha256 == sha256_digest(raw[0])
+    chain = ledger.chain()
+    assert chain is not None and (chain.state, chain.lines) == ("intact", 2)
+    assert chain.head == sha256_digest(raw[1]) and chain.seed == first.previous_sha256
+    # A line from before the chain keeps its bytes (a late field left out at its default).
+    old = line_for(schedule.cells[2])
+    assert "previous_sha256" not in old.model_dump_json()
+    assert check_chain(old.model_dump_json().encode(), chain.seed).state == "unchained"
+    swapped = b"\n".join([raw[1], raw[0]])
+    assert check_chain(swapped, chain.seed).broken_at == (
+        f"cells.jsonl line 1 ({second.cell_id}): previous_sha256 is not the chain's seed"
+    )

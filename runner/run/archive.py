@@ -18,7 +18,6 @@ from __future__ import annotations
 import gzip
 import io
 import os
-import shutil
 import tarfile
 import tempfile
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from typing import BinaryIO, Literal
 
 from pydantic import Field
 
+from runner.core.archives import extract
 from runner.core.canonical import canonical_json, file_digest
 from runner.core.errors import InputError, RunnerError
 from runner.core.files import read_model
@@ -136,24 +136,18 @@ def write_tarball(target: BinaryIO, paths: RunPaths, manifest: ArchiveManifest, 
 
 
 def unpack(archive: Path, into: Path) -> str:
-    """Unpack the tarball's regular files under ``into`` (nothing outside it: no links, no
-    absolute or ``..`` names, one top directory); returns the top directory's name."""
-    tops: set[str] = set()
+    """Unpack the tarball under ``into`` (runner.core.archives: nothing lands outside it) and
+    return its one top directory. Only plain files: a link would let two names share bytes."""
     try:
         with tarfile.open(archive, mode="r:gz") as tar:
-            for member in tar:
-                name = PurePosixPath(member.name)
-                if not member.isfile() or name.is_absolute() or ".." in name.parts:
-                    raise InputError(f"{archive}: member {member.name!r} is not a plain file")
-                tops.add(name.parts[0])
-                target = into.joinpath(*name.parts)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                source = tar.extractfile(member)
-                assert source is not None  # a regular file's member always has data
-                with source, target.open("wb") as handle:
-                    shutil.copyfileobj(source, handle)
+            members = tar.getmembers()
+            odd = next((member.name for member in members if not member.isfile()), None)
+            if odd is not None:
+                raise InputError(f"{archive}: member {odd!r} is not a plain file")
+            extract(tar, into)
     except (tarfile.TarError, OSError, EOFError) as error:
         raise InputError(f"{archive}: not a readable archive: {error}") from None
+    tops = {PurePosixPath(member.name).parts[0] for member in members}
     if len(tops) != 1:
         raise InputError(f"{archive}: expected one top directory, found {sorted(tops)}")
     return tops.pop()

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from runner.cells.cell import OverruledBy
 from runner.cells.classify import DEADLINE_REASON, classify
+from runner.core.archives import UnsafeArchive
 from runner.core.canonical import file_digest
 from runner.core.errors import InputError, RunnerError
 from runner.core.files import read_model
@@ -84,7 +85,7 @@ def check_archive(archive: Path, pinned_key: str | None = None) -> Verdict:
     that is no plain file or a malformed record is a broken link too)."""
     try:
         return _checked(archive, pinned_key)
-    except InputError as error:
+    except (InputError, UnsafeArchive) as error:
         raise ArchiveBroken(str(error)) from None
 
 

@@ -316,6 +316,17 @@ def test_a_member_that_is_no_plain_file_is_a_broken_link(archive: Path, tmp_path
     assert broken(out).endswith("member 'run/trials/escape' is not a plain file")
 
 
+def test_a_member_outside_the_run_is_a_broken_link(archive: Path, tmp_path: Path) -> None:
+    out = tmp_path / "outside.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        data = b"x"
+        info = tarfile.TarInfo("run/../../escape")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    assert broken(out) == "archive member 'run/../../escape' lies outside the target"
+    assert not (tmp_path.parent / "escape").exists()
+
+
 def test_a_truncated_archive_is_a_broken_link(archive: Path, tmp_path: Path) -> None:
     out = tmp_path / "cut.tar.gz"
     out.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
