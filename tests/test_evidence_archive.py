@@ -112,7 +112,10 @@ def test_the_untouched_archive_passes(archive: Path, finished_run: Path) -> None
     verdict = check_archive(archive)
     assert (verdict.cells, verdict.status, verdict.chain.state) == (4, "completed", "intact")
     assert verdict.signed_by == RunPaths(finished_run).receipt_public_key.read_text().strip()
-    done = runner_cli("check-archive", str(archive))
+    published = finished_run.parent / "published.pub"  # the reviewer's copy, its own comment
+    key_type, key, _comment = RunPaths(finished_run).receipt_public_key.read_text().split()
+    published.write_text(f"{key_type} {key} operator@lab\n")
+    done = runner_cli("check-archive", str(archive), "--key", str(published))
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("archive intact: run run, 4 cells, receipt completed")
 

@@ -130,7 +130,7 @@ def check_signatures(paths: RunPaths, manifest: ArchiveManifest, pinned_key: str
         if not required.is_file():
             raise ArchiveBroken(f"{required.name}: missing from the archive")
     public_key = paths.receipt_public_key.read_text().strip()
-    if pinned_key is not None and pinned_key.strip() != public_key:
+    if pinned_key is not None and _key_body(pinned_key) != _key_body(public_key):
         raise ArchiveBroken(f"{paths.receipt_public_key.name}: not the key given with --key")
     if manifest.signed_by != public_key:
         raise ArchiveBroken(f"{MANIFEST}: signed_by is not {paths.receipt_public_key.name}")
@@ -147,6 +147,11 @@ def check_signatures(paths: RunPaths, manifest: ArchiveManifest, pinned_key: str
                 f"{signature}: not the operator's signature of {data.name} ({problem})"
             )
     return public_key
+
+
+def _key_body(public_key: str) -> str:
+    """An OpenSSH public key without its comment: the type and the key itself."""
+    return " ".join(public_key.split()[:2])
 
 
 def check_members(paths: RunPaths, manifest: ArchiveManifest) -> None:
