@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from runner.core.errors import InputError
 from runner.core.roots import CACHE_ENV, REPO_ROOT
 from runner.records.ledger import Ledger, LedgerLine
 from runner.records.paths import RunPaths
@@ -334,3 +335,14 @@ def test_a_truncated_archive_is_a_broken_link(archive: Path, tmp_path: Path) -> 
     out = tmp_path / "cut.tar.gz"
     out.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
     assert "not a readable archive" in broken(out)
+
+
+def test_a_link_out_of_the_run_is_left_out(finished_run: Path, tmp_path: Path) -> None:
+    copy = copy_of(finished_run, tmp_path)
+    (tmp_path / "host-file").write_text("the controller's, not the run's")
+    (RunPaths(copy).verify_dir / "host-file").symlink_to(tmp_path / "host-file")
+    manifest = write_archive(copy, tmp_path / "linked.tar.gz")
+    assert "verify/host-file: a link out of the run directory" in manifest.left_out
+    assert manifest.file("verify/host-file") is None
+    with pytest.raises(InputError, match="cannot be written inside it"):
+        write_archive(copy, copy / "inside.tar.gz")

@@ -20,7 +20,6 @@ import io
 import os
 import tarfile
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Literal
 
@@ -59,9 +58,13 @@ class ArchiveManifest(FrozenModel):
         return next((entry for entry in self.files if entry.path == path), None)
 
 
-def _left_out(paths: RunPaths) -> dict[Path, str]:
-    """Files of the run directory that never go into an archive, and why."""
-    return {paths.scan_canary: "the credential scan's canary (planted to be found)"}
+def _left_out(paths: RunPaths, path: Path) -> str | None:
+    """Why a file of the run directory never goes into an archive (None: it goes in)."""
+    if path == paths.scan_canary:
+        return "the credential scan's canary (planted to be found)"
+    if path.is_symlink() and not path.resolve().is_relative_to(paths.run_dir.resolve()):
+        return "a link out of the run directory"  # the host's files are not the run's
+    return None
 
 
 def _bulky(relative: Path) -> bool:
@@ -76,38 +79,40 @@ def _bulky(relative: Path) -> bool:
     )
 
 
-def _run_files(paths: RunPaths) -> Iterator[Path]:
-    for directory, _, names in os.walk(paths.run_dir):
-        for name in names:
-            path = Path(directory, name)
-            if path.is_file() and not path.is_symlink():
-                yield path
+def _run_files(paths: RunPaths) -> list[Path]:
+    """Every file of the run directory (a link inside it as the file it names), sorted as
+    the manifest and the tarball list them."""
+    found = (
+        Path(directory, name) for directory, _, names in os.walk(paths.run_dir) for name in names
+    )
+    return sorted(
+        (path for path in found if path.is_file()),
+        key=lambda path: path.relative_to(paths.run_dir).as_posix(),
+    )
 
 
 def archive_manifest(paths: RunPaths, key: OperatorKey, size_limit: int) -> ArchiveManifest:
-    left_out = _left_out(paths)
-    files = []
-    for path in sorted(_run_files(paths), key=lambda p: p.relative_to(paths.run_dir).as_posix()):
-        if path in left_out:
+    files, left_out = [], []
+    for path in _run_files(paths):
+        relative = path.relative_to(paths.run_dir)
+        why = _left_out(paths, path)
+        if why is not None:
+            left_out.append(f"{relative.as_posix()}: {why}")
             continue
         size = path.stat().st_size
         files.append(
             ArchivedFile(
-                path=path.relative_to(paths.run_dir).as_posix(),
+                path=relative.as_posix(),
                 sha256=file_digest(path),
                 size=size,
-                kept=size <= size_limit or not _bulky(path.relative_to(paths.run_dir)),
+                kept=size <= size_limit or not _bulky(relative),
             )
         )
     return ArchiveManifest(
         run=paths.run_dir.name,
         size_limit=size_limit,
         files=tuple(files),
-        left_out=tuple(
-            f"{path.relative_to(paths.run_dir).as_posix()}: {why}"
-            for path, why in left_out.items()
-            if path.exists()
-        ),
+        left_out=tuple(left_out),
         signed_by=key.public,
     )
 
@@ -172,6 +177,8 @@ def write_archive(
     paths = RunPaths(run_dir)
     if not paths.run_dir.is_dir():
         raise InputError(f"{run_dir}: no such run directory")
+    if out.resolve().is_relative_to(paths.run_dir.resolve()):
+        raise InputError(f"{out}: the archive of {run_dir} cannot be written inside it")
     key = OperatorKey.default()
     if not paths.receipt_signature.is_file():
         raise InputError(f"{run_dir}: its receipt is not signed: run `runner report {run_dir}`")
