@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import tarfile
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from rich.console import Console
 
 from runner.core.errors import InputError
 from runner.core.roots import CACHE_ENV, REPO_ROOT
-from runner.records.ledger import Ledger, LedgerLine
+from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
 from runner.run.archive import DEFAULT_SIZE_LIMIT, read_manifest, unpack, write_archive
 from runner.run.check_archive import ArchiveBroken, check_archive
@@ -158,19 +159,47 @@ def test_a_ledger_value_edited_fail_to_pass_breaks_the_chain(
     assert "ledger chain: cells.jsonl line 2" in broken(forged)
 
 
+def rewritten(paths: RunPaths, first_line: dict[str, object]) -> None:
+    """The ledger written again, linked afresh, its first line changed; the report again."""
+    lines = Ledger(paths).lines()
+    paths.ledger.unlink()
+    for number, line in enumerate(lines):
+        Ledger(paths).append(line.model_copy(update=first_line if number == 0 else {}))
+    write_report(paths.run_dir)  # signed again with the operator's key
+
+
 def test_a_pass_rechained_and_reported_disagrees_with_its_trial(
     finished_run: Path, tmp_path: Path
 ) -> None:
-    def forge(paths: RunPaths) -> None:
-        lines = Ledger(paths).lines()
-        paths.ledger.unlink()
-        for number, line in enumerate(lines):
-            update = {"outcome": "pass", "reason": "reward 1"} if number == 0 else {}
-            Ledger(paths).append(LedgerLine.model_validate(line.model_copy(update=update)))
-        write_report(paths.run_dir)  # signed again with the operator's key
-
+    forge = partial(rewritten, first_line={"outcome": "pass", "reason": "reward 1"})
     message = broken(rearchived(finished_run, tmp_path, forge))
     assert "says pass, its trial says fail (reward 0)" in message
+
+
+def attempt_record(paths: RunPaths, number: int) -> Path:
+    return paths.attempt(Ledger(paths).lines()[0].cell_id, number)
+
+
+def test_an_interrupted_attempt_is_kept_apart(finished_run: Path, tmp_path: Path) -> None:
+    def resumed(paths: RunPaths) -> None:
+        first = json.loads(attempt_record(paths, 1).read_text())
+        attempt_record(paths, 2).write_text(json.dumps({**first, "attempt": 2}))
+        interrupted = {**first, "status": "interrupted", "failure_class": "cancelled"}
+        attempt_record(paths, 1).write_text(json.dumps(interrupted))
+        rewritten(paths, {"attempt": 2})
+
+    assert check_archive(rearchived(finished_run, tmp_path, resumed)).chain.state == "intact"
+
+
+def test_an_attempt_record_contradicting_the_ledger_is_named(
+    finished_run: Path, tmp_path: Path
+) -> None:
+    def interrupt(paths: RunPaths) -> None:
+        record = json.loads(attempt_record(paths, 1).read_text())
+        attempt_record(paths, 1).write_text(json.dumps({**record, "status": "interrupted"}))
+
+    message = broken(rearchived(finished_run, tmp_path, interrupt))
+    assert message.endswith(": the ledger's attempt 1 is interrupted")
 
 
 def test_a_dropped_line_breaks_the_chain(finished_run: Path, tmp_path: Path) -> None:

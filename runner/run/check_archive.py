@@ -203,12 +203,22 @@ def check_schedule(paths: RunPaths, lines: list[LedgerLine], receipt: Receipt) -
 
 
 def check_attempts(paths: RunPaths, line: LedgerLine) -> None:
-    """The line is its cell's finished attempt; every other attempt was interrupted or retried."""
+    """The line is its cell's last attempt; every other attempt was interrupted or retried."""
     records = Ledger(paths).attempts(line.cell_id)
-    finished = [record.attempt for record in records if record.status == "finished"]
-    if finished != [line.attempt]:
+    status = {record.attempt: record.status for record in records}
+    own = status.pop(line.attempt, None)
+    # started: the runner was killed between the line's fsync and its record's update.
+    if own not in ("finished", "started"):
         raise ArchiveBroken(
-            f"attempts/{line.cell_id}: finished attempts {finished}, the ledger's is {line.attempt}"
+            f"attempts/{line.cell_id}: the ledger's attempt {line.attempt} is "
+            f"{own or 'not recorded'}"
+        )
+    apart = ("interrupted", "retried")
+    other = next((n for n, s in sorted(status.items()) if s not in apart), None)
+    if other is not None:
+        raise ArchiveBroken(
+            f"attempts/{line.cell_id}: attempt {other} is {status[other]}, but the ledger's "
+            f"is {line.attempt}"
         )
     retried = sum(record.status == "retried" for record in records)
     if retried != line.retried_attempts:
