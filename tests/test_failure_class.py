@@ -19,6 +19,7 @@ from rich.console import Console
 
 from runner.cells.classify import HarborTrialResult
 from runner.cells.failure_class import RULES, Evidence, failure_class, harbor_evidence
+from runner.core.canonical import file_digest
 from runner.core.files import read_model
 from runner.core.roots import REPO_ROOT
 from runner.lab.transport import ExecResult
@@ -211,7 +212,16 @@ def test_a_setup_failure_is_re_run_counted_once_and_both_attempts_kept(
     retried = read_model(kept / "line.json", LedgerLine)
     assert (retried.attempt, retried.failure_class) == (1, "setup_failure")
     assert all(artifact.path.startswith("attempts/") for artifact in retried.artifacts)
-    assert all(artifact.path.startswith(("trials/", "proxy/")) for artifact in line.artifacts)
+    # The final line binds its own trial and proxy record, and the retried attempt's evidence.
+    bound = {artifact.path.split("/")[0] for artifact in line.artifacts}
+    assert bound == {"trials", "proxy", "attempts"}
+    earlier = {a.path: a.sha256 for a in line.artifacts if a.path.startswith("attempts/")}
+    assert earlier[f"attempts/{line.cell_id}/attempt-1.json"] == file_digest(
+        paths.attempt(line.cell_id, 1)
+    )
+    assert {f"attempts/{line.cell_id}/attempt-1/{name}" for name in ("line.json", "proxy.json")} < (
+        earlier.keys()
+    )
 
 
 def test_without_a_policy_a_setup_failure_is_not_re_run(demo, paths, proxy, tmp_path):

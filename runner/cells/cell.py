@@ -226,7 +226,7 @@ class CellRunner:
             if again:
                 ledger.set_aside(line)
             else:
-                ledger.finish(line)
+                line = ledger.finish(line)
             if stopped is not None:
                 self._go_on_after(*stopped, cell)
             if not again:
@@ -374,7 +374,7 @@ class CellRunner:
             unattributedProviderPostRequests=unattributed_provider_post_requests(
                 physical_posts, logical_attempts
             ),
-            artifacts=self.artifacts(attempt.trial_root, attempt.cell),
+            artifacts=self.artifacts(attempt.trial_root, attempt.cell, attempt.record.attempt),
             phase_seconds=attempt.timer.seconds,
             failure_class=rule.failure_class,
             retried_attempts=attempt.retried,
@@ -403,13 +403,22 @@ class CellRunner:
                 f"cell {cell.id}: {failure.line}; the guest did not answer again: {again}"
             ) from error
 
-    def artifacts(self, trial_root: Path | None, cell: Cell) -> tuple[RetainedFile, ...]:
+    def artifacts(
+        self, trial_root: Path | None, cell: Cell, attempt: int
+    ) -> tuple[RetainedFile, ...]:
         """Every retained file of the cell, with its digest: the trial tree and proxy counts
-        (either may be missing when the cell failed before it)."""
+        (either may be missing when the cell failed before it), and the evidence of the cell's
+        earlier attempts, final by now (interrupted or retried: the record, a retried
+        attempt's trial tree, proxy record and line). The attempt's own record is updated after
+        its line (finished): the archive's signed manifest binds that one."""
         files = (
             [path for path in sorted(trial_root.rglob("*")) if path.is_file()] if trial_root else []
         )
         files += [path for path in [self.paths.proxy_counts(cell.id)] if path.exists()]
+        for earlier in range(1, attempt):
+            kept = self.paths.retried_attempt(cell.id, earlier)
+            files += [path for path in [self.paths.attempt(cell.id, earlier)] if path.exists()]
+            files += sorted(path for path in kept.rglob("*") if path.is_file())
         return tuple(
             RetainedFile(path=str(path.relative_to(self.paths.run_dir)), sha256=file_digest(path))
             for path in files

@@ -325,10 +325,11 @@ class Ledger:
         data = self.paths.ledger.read_bytes() if self.paths.ledger.exists() else b""
         return check_chain(data, chain_seed(read_model(self.paths.schedule, Schedule)))
 
-    def finish(self, line: LedgerLine) -> None:
-        """Append the cell's line, then mark its attempt record finished."""
-        self.append(line)
-        self._mark(line, "finished")
+    def finish(self, line: LedgerLine) -> LedgerLine:
+        """Append the cell's line, then mark its attempt record finished; the line as written."""
+        written = self.append(line)
+        self._mark(written, "finished")
+        return written
 
     def _mark(self, line: LedgerLine, status: Literal["finished", "retried"]) -> None:
         path = self.paths.attempt(line.cell_id, line.attempt)
