@@ -31,6 +31,7 @@ from runner.run.execute import ExecuteOptions, execute
 from runner.run.report import write_report
 from tests.support.fake_lab import FakeLab
 from tests.support.fake_transport import FakeTransport, trial_tree
+from tests.test_failure_class import flaky_setup_guest
 from tests.test_report_cli import runner_cli
 
 DEMO = REPO_ROOT / "locks" / "demo.toml"
@@ -375,3 +376,19 @@ def test_a_link_out_of_the_run_is_left_out(finished_run: Path, tmp_path: Path) -
     assert manifest.file("verify/host-file") is None
     with pytest.raises(InputError, match="cannot be written inside it"):
         write_archive(copy, copy / "inside.tar.gz")
+
+
+def test_a_run_with_a_retried_attempt_archives_and_checks(
+    operator_cache: Path, tmp_path: Path
+) -> None:
+    lock_path = tmp_path / "retry.toml"
+    retry = '\n[retry]\nclasses = ["setup_failure"]\nmax_attempts = 2\n'
+    lock_path.write_text(
+        DEMO.read_text().replace("schedule_seed = 7\n", f"schedule_seed = 7\n{retry}")
+    )
+    options = ExecuteOptions(lock_path, tmp_path / "run", "fake")
+    execute(options, Console(file=io.StringIO()), FakeLab(flaky_setup_guest(tmp_path)))
+    manifest = write_archive(tmp_path / "run", tmp_path / "run.tar.gz")
+    assert any(entry.path.endswith("/attempt-1/line.json") for entry in manifest.files)
+    verdict = check_archive(tmp_path / "run.tar.gz")
+    assert (verdict.cells, verdict.status, verdict.chain.state) == (4, "completed", "intact")
