@@ -43,7 +43,7 @@ from runner.run.archive import (
     read_manifest,
     unpack,
 )
-from runner.run.receipt import Receipt
+from runner.run.receipt import Receipt, Status
 from runner.run.report import load_run, markdown, report_blocks
 from runner.run.signing import verify
 
@@ -63,7 +63,7 @@ class ArchiveBroken(RunnerError):
 class Verdict:
     run: str
     cells: int
-    status: str
+    status: Status
     chain: LedgerChain
     signed_by: str
     digest_only: int
