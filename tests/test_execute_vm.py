@@ -131,6 +131,30 @@ def test_demo_lock_killed_mid_run_resumes_to_the_end(frozen_lab: LabState, tmp_p
     assert "OFFLINE SCRIPTED PROVIDER" in page.dom and page.console_errors == []
     assert {paths.run_dir / src for src in page.page.images} <= page.requested
     assert all(f"trials/{line.cell_id}/" in page.page.links for line in lines)
+    _archived_and_checked(run_dir, tmp_path / "demo.tar.gz")
+
+
+def _archived_and_checked(run_dir: Path, archive: Path) -> None:
+    """The run as a reviewer gets it: archived (refused if its bytes hold a secret), then
+    checked offline against the key published beside the receipt, twice the same bytes."""
+    runner = [*RUNNER, "archive", str(run_dir), "--out", str(archive)]
+    archived = subprocess.run(runner, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    assert archived.returncode == 0, archived.stdout + archived.stderr
+    again = archive.with_name("again.tar.gz")
+    subprocess.run([*runner[:-1], str(again)], cwd=REPO_ROOT, capture_output=True, check=True)
+    assert again.read_bytes() == archive.read_bytes()
+    key = RunPaths(run_dir).receipt_public_key
+    started = time.monotonic()
+    checked = subprocess.run(
+        [*RUNNER, "check-archive", str(archive), "--key", str(key)],
+        cwd=REPO_ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    print(
+        f"archive {archive.stat().st_size} bytes, checked in {time.monotonic() - started:.1f} s: "
+        f"{checked.stdout.strip()}"
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.startswith("archive intact:")
 
 
 DEADLINE_SECONDS = 150
