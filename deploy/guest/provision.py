@@ -526,14 +526,19 @@ def _harbor_installed(plan: GuestPlan) -> None:
         src=io.StringIO(_warm_harbor_unit()),
         dest=f"/etc/systemd/system/{warm_harbor.UNIT}",
     )
+    systemd.daemon_reload(name="systemd reads the warm Harbor unit", _if=unit.did_change)
     # Started here so a guest is never without it; `runner freeze` restarts it right before
     # the guest is saved, so the frozen one has served nothing.
     systemd.service(
         name="The warm Harbor process waiting for a cell",
         service=warm_harbor.UNIT,
         running=True,
-        restarted=unit.did_change,
-        daemon_reload=unit.did_change,
+    )
+    systemd.service(
+        name="The warm Harbor process restarted (its unit changed)",
+        service=warm_harbor.UNIT,
+        restarted=True,
+        _if=unit.did_change,
     )
 
 
