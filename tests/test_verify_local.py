@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -74,7 +75,10 @@ def test_audit_passes_on_the_frozen_state_and_names_each_drift(
     host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     assert set(manifest.state.venvs) == {f"{root}/venvs/harbor"}
 
+    handlers = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
     clean = audit(manifest, host, tmp_path / "evidence")
+    # ansible-runner left the process's handlers alone (its default replaces them for good).
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == handlers
     assert our_drifts(clean) == []
     assert {check.partition(":")[0] for check in clean.checks} >= {
         "file",

@@ -69,6 +69,10 @@ def ssh_host_vars(lab: LabState) -> dict[str, Any]:
     }
 
 
+def _not_cancelled() -> bool:
+    return False
+
+
 def audit(manifest: FreezeManifest, host_vars: dict[str, Any], evidence_dir: Path) -> VerifyReport:
     """Run the audit of ``manifest`` against the host ``host_vars`` describe; the report is
     written into the audit's private data dir even when the audit could not run."""
@@ -89,6 +93,10 @@ def audit(manifest: FreezeManifest, host_vars: dict[str, Any], evidence_dir: Pat
         cmdline="--check",
         envvars=_ANSIBLE_ENV,
         quiet=True,
+        # Without one, ansible-runner installs its own SIGTERM and SIGINT handlers and leaves them
+        # (ansible_runner.utils.signal_handler): after the first audit, a SIGTERM or Ctrl-C only
+        # set its flag, and `runner execute` ran on (runner/core/signals.py keeps ours).
+        cancel_callback=_not_cancelled,
     )
     checks, drifts = judge(list(result.events), manifest)
     if result.status != "successful" and not drifts:
