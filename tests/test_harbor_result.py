@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.cells.classify import HARBOR_LAUNCHED_AT, classify, launched_at
+from runner.cells.classify import classify, launched_at
+from runner.guest.warm_harbor import HARBOR_LAUNCHED_AT
 
 CASES = sorted((Path(__file__).parent / "harbor_results").glob("*.json"))
 

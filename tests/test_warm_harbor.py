@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 
 from runner.core.roots import REPO_ROOT
-from runner.guest.warm_harbor import HARBOR_PROCESS, REQUEST_FIFO, UNIT, WarmRequest, launch_command
+from runner.guest.warm_harbor import (
+    HARBOR_LAUNCHED_AT,
+    HARBOR_PROCESS,
+    REQUEST_FIFO,
+    UNIT,
+    WarmRequest,
+    launch_command,
+)
 
 
 def test_the_freeze_scope_watches_the_warm_process() -> None:
@@ -48,9 +55,9 @@ def _launch(tmp_path: Path, harbor_python: Path, *argv: str) -> tuple[int, str, 
         pgid_file=str(tmp_path / "pgid"),
     )
     harbor = str(harbor_python.parent / "harbor")
-    command = launch_command(request, harbor, str(tmp_path / "launched-at"))
+    command = launch_command(request, harbor)
     code = subprocess.run(["bash", "-c", command], timeout=120).returncode
-    assert float((tmp_path / "launched-at").read_text()) <= time.time()
+    assert float((tmp_path / HARBOR_LAUNCHED_AT).read_text()) <= time.time()
     said = (tmp_path / HARBOR_PROCESS).read_text().strip()
     return code, said, (tmp_path / "harbor.log").read_text(), (tmp_path / "pgid").read_text()
 

@@ -60,7 +60,7 @@ def test_the_warm_process_serves_one_cell_and_a_reset_restores_it(frozen_lab: La
             log=f"{TRIAL_DIR}/harbor.log",
             pgid_file=f"{TRIAL_DIR}/pgid",
         )
-        launched = launch_command(request, str(GUEST.harbor), f"{TRIAL_DIR}/launched-at")
+        launched = launch_command(request, str(GUEST.harbor))
         served = guest.exec(launched, timeout=300)
         assert served.exit_code == 0, served.stdout + served.stderr
         said = guest.check(

@@ -32,13 +32,7 @@ from runner.cells.accounting import (
     reconcile,
     request_sums,
 )
-from runner.cells.classify import (
-    HARBOR_LAUNCHED_AT,
-    classify,
-    find_result,
-    harbor_process,
-    launched_at,
-)
+from runner.cells.classify import classify, find_result, harbor_process, launched_at
 from runner.cells.failure_class import Evidence, failure_class, harbor_evidence
 from runner.cells.verifier_setup import verifier_setup_problem
 from runner.core.canonical import file_digest
@@ -213,7 +207,7 @@ class CellRunner:
             log=f"{trials}/harbor.log",
             pgid_file=CELL_PGID_FILE,
         )
-        launch = launch_command(request, str(GUEST.harbor), f"{trials}/{HARBOR_LAUNCHED_AT}")
+        launch = launch_command(request, str(GUEST.harbor))
         return f"{egress.RESET_COMMAND}; rm -rf {trials} && mkdir -p {trials} && {launch}"
 
     def run(self, cell: Cell, ledger: Ledger) -> LedgerLine:

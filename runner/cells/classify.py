@@ -11,11 +11,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from runner.guest.warm_harbor import HARBOR_PROCESS, HarborProcess
+from runner.guest.warm_harbor import HARBOR_LAUNCHED_AT, HARBOR_PROCESS, HarborProcess
 from runner.records.ledger import Outcome
 
-# Beside Harbor's trial directory: the guest's clock (`date +%s.%N`) as the cell launched Harbor.
-HARBOR_LAUNCHED_AT = "harbor-launched-at"
 # How a ledger line's reason begins when the host's deadline killed the cell.
 DEADLINE_REASON = "deadline passed"
 

@@ -29,8 +29,10 @@ WARM_DIR = PurePosixPath("/run/bench/warm-harbor")
 REQUEST_FIFO = WARM_DIR / "request"
 DONE_FIFO = WARM_DIR / "done"
 UNIT = "bench-warm-harbor.service"
-# Beside Harbor's trial directory: "warm" or "cold", as the cell launched Harbor.
+# Beside Harbor's trial directory, written as the cell launches Harbor: "warm" or "cold", and
+# the guest's clock (`date +%s.%N`) at the hand-over.
 HARBOR_PROCESS = "harbor-process"
+HARBOR_LAUNCHED_AT = "harbor-launched-at"
 HarborProcess = Literal["warm", "cold"]
 
 
@@ -45,11 +47,12 @@ class WarmRequest(BaseModel):
     pgid_file: str
 
 
-def launch_command(request: WarmRequest, harbor: str, launched_at: str) -> str:
+def launch_command(request: WarmRequest, harbor: str) -> str:
     """Shell for the cell: Harbor through the waiting process when there is one, else cold (in
-    its own process group, as the warm one is). Either way ``launched_at`` gets the guest's
-    clock as Harbor is handed the cell, and the command's exit code is Harbor's."""
+    its own process group, as the warm one is). Either way the markers beside the log say which
+    and when Harbor was handed the cell; the command's exit code is Harbor's."""
     trial_dir = shlex.quote(str(PurePosixPath(request.log).parent))
+    launched_at = f"{trial_dir}/{HARBOR_LAUNCHED_AT}"
     exports = " ".join(
         f"{name}={shlex.quote(value)}" for name, value in request.environment.items()
     )
