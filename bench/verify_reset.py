@@ -26,11 +26,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from runner.freeze.record import guest_transport, load_freeze
+from runner.freeze.record import guest_transport
 from runner.freeze.reset import reset_lab, wait_for_banner
 from runner.lab.state import LabPaths, LabState, lab_name_from_env, load_lab_state
 from runner.lab.transport import GuestError
-from runner.verify.audit import audit, render_drifts, ssh_host_vars
+from runner.verify.audit import audit_lab, render_drifts
 
 REBOOT_WAIT_SECONDS = 1800.0  # a reboot under TCG on a busy 2-core host took over 600 s
 
@@ -42,8 +42,7 @@ def timed(action: Callable[[], object]) -> float:
 
 
 def audit_seconds(lab: LabState, evidence: Path) -> float:
-    manifest, _saved = load_freeze(lab.lab)
-    report = audit(manifest, ssh_host_vars(lab), evidence)
+    report = audit_lab(lab, evidence)
     if not report.passed:
         sys.exit(f"audit found drift:\n{render_drifts(report)}")
     print(f"verify: {len(report.checks)} checks, passed, {report.seconds:.1f} s")

@@ -142,6 +142,7 @@ class _Attempt:
     retried: int = 0  # earlier attempts of the cell the retry policy re-ran
     mirror_offset: int = 0  # where the mirror log stood when the attempt started
     mirror: tuple[MirrorRequest, ...] | None = None  # the mirror's requests during the attempt
+    guest_scanned: bool = False  # the guest's disk was scanned after the attempt
 
 
 @dataclass
@@ -157,6 +158,10 @@ class CellRunner:
     mirror_log: Path | None = None  # the lab's package mirror log; None: no mirror is running
     # Tasks this lab cannot judge (their oracle did not score 1 at the freeze), and why.
     unjudged: Mapping[str, str] = field(default_factory=dict)
+    # The credential scan of the guest's disk after an attempt, before the next reset discards
+    # it (runner.run.guest_scan): called with the cell's id and the attempt's number; it
+    # records what it found, or that it could not read, and does not raise.
+    scan_guest: Callable[[str, int], None] | None = None
 
     def model(self, cell: Cell) -> Model:
         return next(model for model in self.lock.models if model.id == cell.model)
@@ -239,6 +244,8 @@ class CellRunner:
             failure = Failure.of(error, attempt.timer.current or "recording the cell")
             ledger.note_failure(cell.id, attempt.record.attempt, failure)
             self._close_proxy(attempt)
+            if not attempt.guest_scanned:
+                self._scan_guest(attempt)
             evidence = Evidence(ending="runner_error", runner_phase=failure.phase)
             reason = f"{OverruledBy.ENDED_EARLY}: {failure.line}"
             return self._line(attempt, "indeterminate", reason, 0, evidence), (error, failure)
@@ -266,9 +273,16 @@ class CellRunner:
             )
         with timer.phase("egress"):
             unread = self._read_egress(attempt)
+        with timer.phase("guest_scan"):
+            self._scan_guest(attempt)
         with timer.phase("classify"):
             outcome, reason, logical, evidence = self._classified(attempt, deadline_passed, killed)
         return self._line(attempt, outcome, reason + unread, logical, evidence)
+
+    def _scan_guest(self, attempt: _Attempt) -> None:
+        attempt.guest_scanned = True
+        if self.scan_guest is not None:
+            self.scan_guest(attempt.cell.id, attempt.record.attempt)
 
     def _read_egress(self, attempt: _Attempt) -> str:
         """What the guest's firewall refused during the cell, into the attempt. Evidence, not a

@@ -22,15 +22,21 @@ from runner.freeze.record import freeze_lab
     help="The lock the lab must have been deployed for (default: the lab's own).",
 )
 def freeze_command(lab: str, lock_path: Path | None) -> None:
-    """Record the guest's state (packages, pinned files, trees, Python environments, Podman
-    images, kernel, listening ports) and save the running guest to reset to."""
+    """Record the guest's state (its whole disk, read on the host: every path, every package
+    file against its package's digest; its live state: kernel, modules, sysctl, mounts, nftables,
+    units, processes, accounts, Podman images and containers, listening ports) and save the
+    running guest to reset to."""
     started = time.monotonic()
     frozen = freeze_lab(lab, default_scope(), lock_path)
     state = frozen.manifest.state
-    files = sum(len(tree.files) for tree in state.trees.values())
+    disk = state.disk
     click.echo(f"packages      {len(state.packages)}")
-    click.echo(f"pinned files  {len(state.files)}")
-    click.echo(f"trees         {len(state.trees)} ({files} files)")
+    click.echo(
+        f"disk          {disk.paths} paths ({disk.regular_files} files), {disk.package_files} "
+        f"files of {disk.packages} packages checked against their digests, "
+        f"{disk.package_deviations} differing at the freeze"
+    )
+    click.echo(f"live state    {', '.join(f'{k} {len(v)}' for k, v in state.live.items())}")
     for task, digest in sorted(state.tasks.items()):
         click.echo(f"task          {task} {digest}")
     for derivation in frozen.manifest.tasks:
@@ -53,11 +59,13 @@ def freeze_command(lab: str, lock_path: Path | None) -> None:
         click.echo(
             f"oracle        {score.task} reward {score.reward:g} ({score.seconds:.0f} s){judged}"
         )
-    click.echo(f"venvs         {', '.join(sorted(state.venvs)) or 'none'}")
     click.echo(f"images        {len(state.images)}")
     click.echo(f"listening     {' '.join(s.label for s in state.listening)}")
     click.echo(f"kernel        {state.kernel}")
-    click.echo(f"collected in  {frozen.collect_seconds:.1f} s")
+    click.echo(
+        f"read in       {frozen.guest_seconds:.1f} s in the guest, {frozen.disk_seconds:.1f} s "
+        "of the disk on the host"
+    )
     click.echo(f"manifest      {FreezePaths.for_lab(lab).manifest}")
     click.echo(f"environment   {frozen.manifest.environment_fingerprint}")
     click.echo(f"saved state   {frozen.saved.memory_image}")

@@ -14,7 +14,7 @@ from runner.freeze.paths import FreezePaths
 from runner.freeze.record import load_freeze
 from runner.lab.state import LabPaths, load_lab_state
 from runner.records.paths import RunPaths
-from runner.verify.audit import audit, render_drifts, ssh_host_vars
+from runner.verify.audit import audit_lab, render_drifts
 from runner.verify.junit import junit_xml
 
 
@@ -41,12 +41,13 @@ class DriftFound(RunnerError):
 def verify_command(
     lab: str, json_path: Path | None, junit_path: Path | None, run_dir: Path | None
 ) -> None:
-    """Audit the live guest against its freeze manifest with Ansible (check mode); exit 1 and
-    one line per drift (check, expected, found) when anything differs."""
+    """Audit the guest against its freeze: its whole disk read on the host (every path, every
+    package file against its package's digest) and its live state with Ansible (check mode);
+    exit 1 and one line per drift (check, expected, found) when anything differs."""
     manifest, _saved = load_freeze(lab)
     state = load_lab_state(LabPaths.for_lab(lab))
     evidence = RunPaths(run_dir).verify_dir if run_dir else FreezePaths.for_lab(lab).verify_dir
-    report = audit(manifest, ssh_host_vars(state), evidence)
+    report = audit_lab(state, evidence)
     if json_path is not None:
         write_atomic(json_path, canonical_json(report) + b"\n")
     if junit_path is not None:
@@ -59,6 +60,6 @@ def verify_command(
             f"({len(report.checks)} checks, {report.seconds:.1f} s)"
         )
     click.echo(
-        f"verify: {len(report.checks)} checks, no drift from freeze {manifest.sha256} "
-        f"({report.seconds:.1f} s)"
+        f"verify: {len(report.checks)} checks ({report.disk_paths} paths of the disk), no drift "
+        f"from freeze {manifest.sha256} ({report.seconds:.1f} s, disk {report.disk_seconds} s)"
     )

@@ -1,9 +1,9 @@
 """The freeze manifest: the guest's state at ``runner freeze``, which ``runner verify`` audits.
 
-A file entry is ``sha256:<hex>`` (a regular file's content) or ``symlink:<target>``. A tree is
-recorded as its listing: one ``<relative path>\\t<entry>`` line per file, sorted bytewise; the
-listing's sha256 is what the audit compares, the per-file map names the
-drifted files. The manifest's own digest is the sha256 of its canonical JSON.
+The disk is summarised here and recorded whole in the disk inventory beside the manifest
+(runner.freeze.inventory), whose sha256 the summary holds; the live state (runner.freeze.live) is
+recorded here. A task tree's digest is that of its listing: one ``<relative path>\\t<entry>`` line
+per path, sorted bytewise. The manifest's own digest is the sha256 of its canonical JSON.
 """
 
 from __future__ import annotations
@@ -12,21 +12,20 @@ import tomllib
 from importlib import resources
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError
 
 from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.errors import InputError, describe_validation_error
 from runner.core.models import FrozenModel, Sha256, Slug
+from runner.freeze.inventory import DiskInventory, Observed
 from runner.spec.tasks import TaskDerivation
 
-SCHEMA_VERSION: Literal[1] = 1
+# 2: the whole disk read on the host and the live state (the scope's files, trees and venvs of
+# schema 1 are gone): a lab frozen with schema 1 must be frozen again.
+SCHEMA_VERSION: Literal[2] = 2
 SCOPE_RESOURCE = "freeze/scope.toml"
 
 AbsolutePath = Annotated[str, Field(pattern=r"^/\S*$")]
-# What a file is: its content digest, or where a symlink points.
-FileEntry = Annotated[str, Field(pattern=r"^(sha256:[0-9a-f]{64}|symlink:.*)$")]
-
-
 # An nftables table as nft names it: "<family> <name>".
 NftTable = Annotated[str, Field(pattern=r"^(ip|ip6|inet|arp|bridge|netdev) [A-Za-z0-9_-]+$")]
 # A unit's process as frozen: its pid, and whether it waits (a reset restores both).
@@ -36,34 +35,17 @@ NftEntry = Annotated[str, Field(pattern=r"^(sha256:[0-9a-f]{64}|absent)$")]
 
 
 class FreezeScope(FrozenModel):
-    """Which paths are frozen (see runner/freeze/scope.toml for the meaning of each field)."""
+    """What is left out and what is named (see runner/freeze/scope.toml for each field)."""
 
-    LATE_FIELDS = frozenset({"nft_tables", "waiting_units"})
-
-    files: tuple[str, ...]
-    trees: tuple[AbsolutePath, ...]
+    disk_excludes: tuple[AbsolutePath, ...]
     task_roots: tuple[AbsolutePath, ...] = ()
-    tree_excludes: tuple[str, ...] = ()
-    venv_roots: tuple[AbsolutePath, ...] = ()
-    venv_search_depth: int = Field(default=3, ge=1, le=8)
     nft_tables: tuple[NftTable, ...] = ()
+    sysctl_volatile: tuple[str, ...] = ()
+    unit_excludes: tuple[str, ...] = ()
+    process_exe_excludes: tuple[str, ...] = ()
+    process_cgroup_excludes: tuple[str, ...] = ()
     # systemd unit -> the FIFO that exists while its process waits for a cell (warm Harbor).
     waiting_units: dict[str, AbsolutePath] = Field(default_factory=dict)
-
-
-class Tree(FrozenModel):
-    listing_sha256: Sha256
-    files: dict[str, FileEntry]  # path relative to the tree's root -> entry
-
-    @model_validator(mode="after")
-    def _digest_matches_files(self) -> Tree:
-        if listing_digest(self.files) != self.listing_sha256:
-            raise ValueError("listing_sha256 does not match the files listed")
-        return self
-
-    @classmethod
-    def of(cls, files: dict[str, str]) -> Tree:
-        return cls(listing_sha256=listing_digest(files), files=files)
 
 
 class PodmanImage(FrozenModel):
@@ -88,39 +70,64 @@ class Collected(FrozenModel):
 
     kernel: str
     packages: dict[str, str]  # dpkg "name" or "name:arch" -> version (+ " [status]" unless ii)
-    files: dict[AbsolutePath, FileEntry]
-    trees: dict[AbsolutePath, dict[str, FileEntry]]
-    venvs: dict[AbsolutePath, tuple[str, ...]]  # venv -> `pip freeze --all` lines
     images: tuple[PodmanImage, ...]
     listening: tuple[Socket, ...]
     nft_tables: dict[NftTable, NftEntry] = Field(default_factory=dict)
     waiting: dict[str, WaitingEntry] = Field(default_factory=dict)
 
 
-class GuestState(FrozenModel):
-    LATE_FIELDS = frozenset({"nft_tables", "waiting"})
+class DiskSummary(FrozenModel):
+    """The frozen disk as the host read it: the inventory file's digest (``disk-inventory.json``
+    beside the manifest, runner.freeze.inventory) and what it covers."""
 
+    inventory_sha256: Sha256
+    paths: int = Field(ge=0)
+    regular_files: int = Field(ge=0)
+    packages: int = Field(ge=0, description="installed packages whose files are checked")
+    package_files: int = Field(ge=0, description="files checked against their package's digest")
+    # Package files that differed from their package at the freeze (a configured conffile, a
+    # path dpkg's filters kept out): each is named in the inventory's ``deviations``.
+    package_deviations: int = Field(ge=0)
+
+    @classmethod
+    def of(cls, inventory: DiskInventory, observed: Observed) -> DiskSummary:
+        return cls(
+            inventory_sha256=inventory.sha256,
+            paths=len(inventory.entries),
+            regular_files=sum(entry.startswith("file ") for entry in inventory.entries.values()),
+            packages=len({file.package for file in observed.packages.values()}),
+            package_files=len(observed.packages),
+            package_deviations=len(inventory.deviations),
+        )
+
+
+class GuestState(FrozenModel):
     kernel: str
     packages: dict[str, str]
-    files: dict[AbsolutePath, FileEntry]
-    trees: dict[AbsolutePath, Tree]
+    disk: DiskSummary
     tasks: dict[AbsolutePath, Sha256]  # each child of a task root -> its own listing digest
-    venvs: dict[AbsolutePath, tuple[str, ...]]
     images: tuple[PodmanImage, ...]
     listening: tuple[Socket, ...]
     nft_tables: dict[NftTable, NftEntry] = Field(default_factory=dict)
     # Each waiting unit of the scope: "pid <n> waiting", else "pid <n> not waiting".
     waiting: dict[str, WaitingEntry] = Field(default_factory=dict)
+    # runner.freeze.live: category -> key -> value, as its command printed them.
+    live: dict[str, dict[str, str]]
 
     @classmethod
-    def of(cls, collected: Collected, scope: FreezeScope) -> GuestState:
-        fields = collected.model_dump(exclude={"trees", "images", "listening"})
+    def of(
+        cls,
+        collected: Collected,
+        live: dict[str, dict[str, str]],
+        inventory: DiskInventory,
+        observed: Observed,
+        scope: FreezeScope,
+    ) -> GuestState:
         return cls(
-            **fields,
-            trees={root: Tree.of(files) for root, files in collected.trees.items()},
-            tasks=_task_digests(collected.trees, scope.task_roots),
-            images=collected.images,
-            listening=collected.listening,
+            **collected.model_dump(),
+            disk=DiskSummary.of(inventory, observed),
+            tasks=task_digests(inventory.entries, scope.task_roots),
+            live=live,
         )
 
 
@@ -146,7 +153,7 @@ class OracleScore(FrozenModel):
 class FreezeManifest(FrozenModel):
     LATE_FIELDS = frozenset({"tasks", "oracle"})
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[2] = SCHEMA_VERSION
     lab: Slug
     environment_fingerprint: Sha256
     scope: FreezeScope
@@ -161,16 +168,18 @@ class FreezeManifest(FrozenModel):
         return sha256_digest(canonical_json(self))
 
 
-def _task_digests(trees: dict[str, dict[str, str]], task_roots: tuple[str, ...]) -> dict[str, str]:
-    digests: dict[str, str] = {}
+def task_digests(entries: dict[str, str], task_roots: tuple[str, ...]) -> dict[str, str]:
+    """Each child of a task root -> the listing digest of the inventory entries below it."""
+    by_task: dict[str, dict[str, str]] = {}
     for root in task_roots:
-        by_task: dict[str, dict[str, str]] = {}
-        for path, entry in trees.get(root, {}).items():
-            task, _, rest = path.partition("/")
-            by_task.setdefault(task, {})[rest] = entry
-        for task, files in by_task.items():
-            digests[f"{root}/{task}"] = listing_digest(files)
-    return digests
+        prefix = root.rstrip("/") + "/"
+        for path, entry in entries.items():
+            if path.startswith(prefix):
+                task, _, rest = path.removeprefix(prefix).partition("/")
+                by_task.setdefault(prefix + task, {})
+                if rest:
+                    by_task[prefix + task][rest] = entry
+    return {task: listing_digest(files) for task, files in by_task.items()}
 
 
 def listing_text(files: dict[str, str]) -> str:

@@ -2,6 +2,8 @@
 
 <repo>/.cache/lab/<lab>/          (LabPaths: lab.json and the SSH key are deploy's)
     freeze.json                   FreezeManifest: the guest's state at the last freeze
+    disk-inventory.json           DiskInventory: every path of the frozen disk (its sha256 is
+                                  in freeze.json)
     snapshot.json                 SavedState: the memory image and disk layers reset uses
     verify/<ident>/               one audit without a run dir (see runner/verify/audit.py)
 """
@@ -25,6 +27,10 @@ class FreezePaths:
     @property
     def manifest(self) -> Path:
         return self.lab_dir / "freeze.json"
+
+    @property
+    def disk_inventory(self) -> Path:
+        return self.lab_dir / "disk-inventory.json"
 
     @property
     def saved_state(self) -> Path:

@@ -1,15 +1,19 @@
 """``runner freeze``: record the guest's state as a FreezeManifest, then save it to reset to.
 
-The state is collected by ONE exec in the guest (runner/guest/collect_state.py on the guest's
-python3, printing JSON). Then the guest's free memory is zeroed (a smaller memory image, see
-runner/guest/zero_free_memory.py) and the running guest is saved; nothing else of ours runs in
-the guest in between, so the manifest describes exactly what a reset returns to.
+In the guest, only what no disk holds: one exec of runner/guest/collect_state.py (the guest's
+python3, printing JSON: kernel, dpkg's package set, Podman images, listening sockets, the
+egress table, the waiting units) and one per live category (runner.freeze.live). Then the
+guest's free memory is zeroed (a smaller memory image, runner/guest/zero_free_memory.py) and the
+running guest is saved; nothing else of ours runs in the guest in between. The saved disk is
+never written again: the host reads it whole, at native speed (runner.freeze.inventory), so the
+manifest describes exactly what a reset returns to.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -18,6 +22,8 @@ from pydantic import ValidationError
 
 from runner.core.errors import InputError, RunnerError, describe_validation_error
 from runner.core.files import read_model, write_model
+from runner.freeze.inventory import inventory_of, read_disk
+from runner.freeze.live import LIVE_PROBES, parse_lines
 from runner.freeze.manifest import (
     Collected,
     FreezeManifest,
@@ -28,6 +34,7 @@ from runner.freeze.manifest import (
 from runner.freeze.oracle import oracle_smoke
 from runner.freeze.paths import FreezePaths
 from runner.guest import warm_harbor
+from runner.lab.disk import quiesced_disk
 from runner.lab.layout import GUEST
 from runner.lab.mirror import lab_mirror
 from runner.lab.snapshot import SavedState, save_frozen_state
@@ -51,7 +58,8 @@ WARM_HARBOR_WAIT_SECONDS = 180
 class Frozen:
     manifest: FreezeManifest
     saved: SavedState
-    collect_seconds: float
+    guest_seconds: float  # reading the guest's live state in the guest
+    disk_seconds: float  # reading the frozen disk on the host
 
 
 def guest_transport(lab: LabState) -> SshTransport:
@@ -75,6 +83,18 @@ def collect(guest: GuestTransport, scope: FreezeScope) -> tuple[Collected, float
             else f"guest state is not JSON: {error}"
         )
         raise RunnerError(detail) from None
+
+
+def observe_live(guest: GuestTransport, scope: FreezeScope) -> dict[str, dict[str, str]]:
+    """Each live category's map, by the command the audit runs too (runner.freeze.live)."""
+    live: dict[str, dict[str, str]] = {}
+    for probe in LIVE_PROBES:
+        result = guest.exec(f"set -o pipefail; {probe.command(scope)}", timeout=120)
+        if not result.ok:
+            last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RunnerError(f"reading the guest's {probe.category} failed: {last}")
+        live[probe.category] = parse_lines(result.stdout)
+    return live
 
 
 def warm_harbor_waiting(guest: GuestTransport) -> None:
@@ -152,21 +172,42 @@ def freeze_lab(lab_name: str, scope: FreezeScope, lock_path: Path | None = None)
         # blocker); provisioning is over, so the artifact share is unmounted before the freeze.
         guest.check(f"! mountpoint -q {ARTIFACTS} || umount {ARTIFACTS}", timeout=60)
         warm_harbor_waiting(guest)
-        collected, seconds = collect(guest, scope)
+        started = time.monotonic()
+        collected, _ = collect(guest, scope)
+        live = observe_live(guest, scope)
+        guest_seconds = time.monotonic() - started
         zero_free_memory(guest)
+    saved = save_frozen_state(lab)
+    # The saved disk is read as every verify after a reset reads it: through the guest, now
+    # restored on an empty live layer, which syncs and freezes its filesystem meanwhile (so the
+    # host sees the page cache the memory image holds, and a clean journal).
+    started = time.monotonic()
+    with (
+        guest_transport(lab).connect(GUEST_WAIT_SECONDS) as guest,
+        quiesced_disk(guest, Path(saved.live_disk)) as disk,
+    ):
+        observed = read_disk(disk, scope.disk_excludes)
+    inventory = inventory_of(observed, scope.disk_excludes)
+    disk_seconds = time.monotonic() - started
     manifest = FreezeManifest(
         lab=lab.lab,
         environment_fingerprint=lab.environment_fingerprint,
         scope=scope,
-        state=GuestState.of(collected, scope),
+        state=GuestState.of(collected, live, inventory, observed, scope),
         tasks=tasks,
         oracle=oracle,
     )
-    saved = save_frozen_state(lab, manifest.sha256)
+    saved = saved.model_copy(update={"freeze_manifest_sha256": manifest.sha256})
     paths = FreezePaths.for_lab(lab_name)
+    write_model(paths.disk_inventory, inventory)
     write_model(paths.manifest, manifest)
     write_model(paths.saved_state, saved)
-    return Frozen(manifest=manifest, saved=saved, collect_seconds=seconds)
+    return Frozen(
+        manifest=manifest,
+        saved=saved,
+        guest_seconds=round(guest_seconds, 1),
+        disk_seconds=round(disk_seconds, 1),
+    )
 
 
 def load_freeze(lab_name: str) -> tuple[FreezeManifest, SavedState]:

@@ -8,8 +8,6 @@ would have to agree to hide a drift.
 
 from __future__ import annotations
 
-import fnmatch
-import glob
 import hashlib
 import json
 import os
@@ -22,72 +20,6 @@ from typing import Any
 
 def run(*command: str) -> str:
     return subprocess.run(command, capture_output=True, text=True, check=True).stdout
-
-
-def entry(path: str) -> str | None:
-    """``sha256:<hex>`` of a regular file, ``symlink:<target>``, None for anything else."""
-    if os.path.islink(path):
-        return "symlink:" + os.readlink(path)
-    if not os.path.isfile(path):
-        return None
-    with open(path, "rb") as handle:
-        return "sha256:" + hashlib.file_digest(handle, "sha256").hexdigest()
-
-
-def pinned_files(patterns: list[str]) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for pattern in patterns:
-        for path in glob.glob(pattern):
-            value = entry(path)
-            if value is not None:
-                found[path] = value
-    return found
-
-
-def tree(root: str, excludes: list[str]) -> dict[str, str]:
-    """Regular files and symlinks below ``root`` (one filesystem, no excluded component)."""
-    files: dict[str, str] = {}
-    if not os.path.isdir(root) or os.path.islink(root):
-        return files
-    device = os.lstat(root).st_dev
-    for directory, dirnames, filenames in os.walk(root):
-        kept = []
-        for name in dirnames:
-            path = os.path.join(directory, name)
-            if any(fnmatch.fnmatchcase(name, pattern) for pattern in excludes):
-                continue
-            if os.path.islink(path):
-                filenames.append(name)  # os.walk lists a symlink to a directory as a directory
-            elif os.lstat(path).st_dev == device:
-                kept.append(name)
-        dirnames[:] = kept
-        for name in filenames:
-            if any(fnmatch.fnmatchcase(name, pattern) for pattern in excludes):
-                continue
-            path = os.path.join(directory, name)
-            value = entry(path)
-            if value is not None:
-                files[os.path.relpath(path, root)] = value
-    return files
-
-
-DISTRIBUTIONS = (
-    "import importlib.metadata as m\n"
-    "print('\\n'.join(sorted(f\"{d.metadata['Name']}=={d.version}\" for d in m.distributions())))"
-)
-
-
-def venvs(roots: list[str], depth: int) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
-    for root in roots:
-        for level in range(depth + 1):
-            for marker in glob.glob(os.path.join(root, *["*"] * level, "pyvenv.cfg")):
-                venv = os.path.dirname(marker)
-                # importlib.metadata, not pip: a venv made without pip has no pip to ask.
-                # -I: not the working directory's metadata, nor PYTHON* settings
-                freeze = run(os.path.join(venv, "bin", "python"), "-I", "-c", DISTRIBUTIONS)
-                found[venv] = sorted(freeze.splitlines())
-    return found
 
 
 def packages() -> dict[str, str]:
@@ -156,9 +88,6 @@ def main() -> None:
     state = {
         "kernel": os.uname().release,
         "packages": packages(),
-        "files": pinned_files(scope["files"]),
-        "trees": {root: tree(root, scope["tree_excludes"]) for root in scope["trees"]},
-        "venvs": venvs(scope["venv_roots"], scope["venv_search_depth"]),
         "images": images() if shutil.which("podman") else [],
         "listening": listening(),
         "nft_tables": nft_tables(scope.get("nft_tables", [])),

@@ -94,6 +94,14 @@ def _disk_source(domain: libvirt.virDomain) -> tuple[str, str]:
     return disk.find("target").get("dev", ""), disk.find("source").get("file", "")  # type: ignore[union-attr]
 
 
+def running_disk(lab: LabState) -> str:
+    """The file the lab domain's disk writes to now (its live layer, after a freeze)."""
+    domain = _lab_domain(virt.connect(lab.libvirt_uri), lab)
+    if not domain.isActive():
+        raise SnapshotError(f"lab domain {lab.domain_name} is not running")
+    return _disk_source(domain)[1]
+
+
 def with_disk(domain_xml: str, path: str) -> str:
     """``domain_xml`` with its disk on ``path``; the backing chain is left for libvirt to probe
     (the saved XML describes the chain under the frozen disk, not under ``path``)."""
@@ -163,8 +171,10 @@ def _names(lab: LabState) -> tuple[str, str]:
     return f"{lab.domain_name}-frozen.save", f"{lab.domain_name}-live.qcow2"
 
 
-def save_frozen_state(lab: LabState, freeze_manifest_sha256: str) -> SavedState:
-    """Freeze the running lab domain as it is now and leave it running on a fresh live layer."""
+def save_frozen_state(lab: LabState) -> SavedState:
+    """Freeze the running lab domain as it is now and leave it running on a fresh live layer.
+    The state's ``freeze_manifest_sha256`` is left empty: the manifest describes the disk saved
+    here, so it is known only after (the caller fills it in)."""
     conn = virt.connect(lab.libvirt_uri)
     domain = _lab_domain(conn, lab)
     if not domain.isActive():
@@ -189,7 +199,7 @@ def save_frozen_state(lab: LabState, freeze_manifest_sha256: str) -> SavedState:
     return SavedState(
         lab=lab.lab,
         domain_name=lab.domain_name,
-        freeze_manifest_sha256=freeze_manifest_sha256,
+        freeze_manifest_sha256="",
         saved_at=datetime.now(UTC),
         memory_image=memory_image,
         frozen_disk=lab.overlay_path,

@@ -16,7 +16,7 @@ import tarfile
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol, Self
@@ -74,6 +74,12 @@ class GuestTransport(Protocol):
 
     def check(self, command: str, *, timeout: float | None = None) -> ExecResult:
         """``exec``, raising ``GuestError`` unless the command exited 0."""
+        ...
+
+    def holding(
+        self, command: str, ready: bytes, wait_seconds: float
+    ) -> AbstractContextManager[None]:
+        """``command`` running from when it printed ``ready`` until the context ends."""
         ...
 
     def upload(self, local: Path, remote_dir: str) -> None: ...
@@ -140,6 +146,24 @@ def read_channel(
     while channel.recv_stderr_ready():
         stderr += channel.recv_stderr(_CHUNK)
     return channel.recv_exit_status(), bytes(stdout), bytes(stderr)
+
+
+def _await_output(channel: paramiko.Channel, ready: bytes, wait_seconds: float) -> None:
+    deadline = time.monotonic() + wait_seconds
+    seen, stderr = bytearray(), bytearray()
+    while ready not in seen:
+        if channel.exit_status_ready() and not channel.recv_ready():
+            while channel.recv_stderr_ready():
+                stderr += channel.recv_stderr(_CHUNK)
+            last = (stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+            raise GuestError(f"a held command ended early ({channel.recv_exit_status()}): {last}")
+        if time.monotonic() > deadline:
+            channel.close()
+            raise GuestError(f"a held command did not print {ready.decode()} in time")
+        if channel.recv_ready():
+            seen += channel.recv(_CHUNK)
+        else:
+            time.sleep(_IDLE_SECONDS)
 
 
 class ClosedOnExit(ABC):
@@ -245,6 +269,24 @@ class SshTransport(ClosedOnExit):
 
     def check(self, command: str, *, timeout: float | None = None) -> ExecResult:
         return require_ok(self.exec(command, timeout=timeout))
+
+    @contextmanager
+    def holding(self, command: str, ready: bytes, wait_seconds: float) -> Iterator[None]:
+        """Run ``command`` until it prints ``ready``; it goes on while the context lasts, then
+        its stdin is closed (its cue to finish) and its exit is awaited."""
+        with connection_errors(self.address, "starting a held command"):
+            channel = self._channel(f"bash -c {shlex.quote(command)}")
+        try:
+            with connection_errors(self.address, "waiting for a held command"):
+                _await_output(channel, ready, wait_seconds)
+            yield
+        finally:
+            with connection_errors(self.address, "ending a held command"):
+                channel.shutdown_write()
+                code, _, stderr = read_channel(channel, wait_seconds)
+        if code != 0:
+            last = (stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+            raise GuestError(f"guest at {self.address}: a held command ended with {code}: {last}")
 
     def upload(self, local: Path, remote_dir: str) -> None:
         """Copy a file or directory tree into ``remote_dir`` as one tar stream."""

@@ -8,6 +8,7 @@
     cells.jsonl           the ledger: one validated line per finished cell, append-only
     attempts/<cell>/      attempt-<n>.json per attempt (started, interrupted, retried): evidence
     attempts/<cell>/attempt-<n>/  a retried attempt's trial tree, proxy record and line.json
+    attempts/<cell>/guest-scan-<n>.json  the credential scan of the guest's disk after attempt n
     trials/<cell>/        Harbor trial directories copied back from the guest
     proxy/<cell>.json     per-cell physical POST and usage counts (never a key)
     scan.json             credential scan of every retained root
@@ -58,6 +59,13 @@ class RunPaths:
 
     def attempt(self, cell_id: str, attempt: int) -> Path:
         return self.attempts_dir / cell_id / f"attempt-{attempt}.json"
+
+    def guest_scan(self, cell_id: str, attempt: int) -> Path:
+        return self.attempts_dir / cell_id / f"guest-scan-{attempt}.json"
+
+    @property
+    def guest_scans(self) -> list[Path]:
+        return sorted(self.attempts_dir.glob("*/guest-scan-*.json"))
 
     def retried_attempt(self, cell_id: str, attempt: int) -> Path:
         return self.attempts_dir / cell_id / f"attempt-{attempt}"

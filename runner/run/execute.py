@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +23,14 @@ from runner.cache.paths import CachePaths
 from runner.cells.cell import CellRunner, RunAborted
 from runner.core.errors import InputError, RunnerError
 from runner.core.files import read_model, write_atomic, write_model
+from runner.freeze.inventory import DiskInventory
 from runner.freeze.manifest import FreezeManifest
+from runner.freeze.paths import FreezePaths
 from runner.freeze.record import guest_transport, load_freeze
 from runner.freeze.reset import reset_lab
+from runner.lab.disk import quiesced_disk
 from runner.lab.mirror import lab_mirror
+from runner.lab.snapshot import running_disk
 from runner.lab.state import LabPaths, LabState, load_lab_state
 from runner.lab.tasks import task_derivations, upstream_root
 from runner.lab.transport import GuestTransport
@@ -34,6 +38,13 @@ from runner.proxy import CredentialProxy
 from runner.records.ledger import Failure, Ledger, now
 from runner.records.paths import RunPaths
 from runner.records.tasks import RunTasks
+from runner.run.guest_scan import (
+    DiskFindings,
+    guest_findings,
+    record_guest_scan,
+    scan_disk,
+    unreadable,
+)
 from runner.run.progress import RunProgress
 from runner.run.receipt import Receipt, RunAbort, Stage
 from runner.run.report import write_report
@@ -42,7 +53,8 @@ from runner.run.scan import SecretKind, new_canary, scan_run
 from runner.spec.lock import Lock
 from runner.spec.resolution import Resolution
 from runner.spec.tasks import TaskDerivation
-from runner.verify.audit import audit, render_drifts, ssh_host_vars
+from runner.verify.audit import audit_lab, render_drifts
+from runner.verify.disk import load_inventory
 from runner.verify.report import VerifyReport
 
 GUEST_CONNECT_SECONDS = 120.0
@@ -81,6 +93,13 @@ class Lab(Protocol):
 
     def audit(self, evidence: Path) -> VerifyReport: ...
 
+    def scan_disk(
+        self, guest: GuestTransport, secrets_by_kind: Mapping[SecretKind, tuple[str, ...]]
+    ) -> DiskFindings:
+        """The secrets on the guest's disk, in what changed since the freeze (never raises: a
+        disk that could not be read is a failure of the scan, runner.run.guest_scan)."""
+        ...
+
     def tasks(self, run: OpenRun) -> tuple[TaskDerivation, ...]:
         """The run's tasks as the lab runs them."""
         ...
@@ -102,6 +121,7 @@ class FrozenLab:
     name: str
     state: LabState
     manifest: FreezeManifest
+    inventory: DiskInventory  # the freeze's disk inventory (the guest disk scan's baseline)
     # Packages the mirror leaves out of the frozen set: a fault for the tests (a verifier that
     # cannot set up must be verifier_setup, not fail); never set by a run of the lock.
     mirror_withhold: tuple[str, ...] = ()
@@ -109,7 +129,9 @@ class FrozenLab:
     @classmethod
     def load(cls, name: str, mirror_withhold: tuple[str, ...] = ()) -> FrozenLab:
         manifest, _saved = load_freeze(name)
-        return cls(name, load_lab_state(LabPaths.for_lab(name)), manifest, mirror_withhold)
+        inventory = load_inventory(FreezePaths.for_lab(name).disk_inventory, manifest)
+        state = load_lab_state(LabPaths.for_lab(name))
+        return cls(name, state, manifest, inventory, mirror_withhold)
 
     @property
     def proxy_port(self) -> int:
@@ -147,7 +169,16 @@ class FrozenLab:
         return reset_lab(self.name, guest)
 
     def audit(self, evidence: Path) -> VerifyReport:
-        return audit(self.manifest, ssh_host_vars(self.state), evidence)
+        return audit_lab(self.state, evidence)
+
+    def scan_disk(
+        self, guest: GuestTransport, secrets_by_kind: Mapping[SecretKind, tuple[str, ...]]
+    ) -> DiskFindings:
+        try:
+            with quiesced_disk(guest, Path(running_disk(self.state))) as disk:
+                return scan_disk(disk.root, self.inventory, secrets_by_kind)
+        except RunnerError as error:
+            return unreadable(error)
 
     @contextmanager
     def package_mirror(self, resolution_file: Path) -> Iterator[Path | None]:
@@ -251,6 +282,9 @@ def run_cells(
             reset_guest=(lambda: lab.reset(guest)) if reset else None,
             mirror_log=mirror_log,
             unjudged=lab.unjudged_tasks(),
+            scan_guest=lambda cell, attempt: record_guest_scan(
+                run.paths, cell, attempt, lab.scan_disk(guest, guest_secrets(proxy))
+            ),
         )
         progress = RunProgress(
             total=len(run.schedule.cells), deadline_seconds=run.lock.cell_deadline_seconds
@@ -262,17 +296,18 @@ def run_cells(
                 progress.finish(cells.run(cell, ledger))
 
 
+def guest_secrets(proxy: CredentialProxy) -> dict[SecretKind, tuple[str, ...]]:
+    """What must never be on the guest's disk: the real keys and every bearer issued so far."""
+    secrets = proxy.secrets_to_scan()
+    return {"provider_key": secrets["provider_key"], "bearer": secrets["bearer"]}
+
+
 def finish(
     paths: RunPaths, lab: Lab, proxy: CredentialProxy, canary: str, reset: bool, console: Console
 ) -> None:
     """The credential scan of everything the run kept, then the final verify."""
-    secrets = proxy.secrets_to_scan()
-    secrets_by_kind: dict[SecretKind, tuple[str, ...]] = {
-        "provider_key": secrets["provider_key"],
-        "bearer": secrets["bearer"],
-        "canary": (canary,),
-    }
-    scan = scan_run(paths, secrets_by_kind)
+    secrets_by_kind = {**guest_secrets(proxy), "canary": (canary,)}
+    scan = scan_run(paths, secrets_by_kind, found_elsewhere=guest_findings(paths))
     console.print(
         f"credential scan: {'clean' if scan.clean else 'NOT clean'} ({scan.files_scanned} files)"
     )

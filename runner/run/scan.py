@@ -93,7 +93,7 @@ def _needles(value: str) -> set[bytes]:
     return {value.encode(), json.dumps(value)[1:-1].encode()}
 
 
-class _Searcher:
+class Searcher:
     def __init__(self, secrets_by_kind: Mapping[SecretKind, Iterable[str]]) -> None:
         self.needles: list[tuple[bytes, SecretKind]] = []
         self.checked: dict[SecretKind, int] = {}
@@ -153,8 +153,8 @@ _COMPRESSED: dict[bytes, Callable[..., Any]] = {
 _ZIP = b"PK\x03\x04"
 
 
-class _Scan:
-    def __init__(self, base: Path, searcher: _Searcher) -> None:
+class FileScan:
+    def __init__(self, base: Path, searcher: Searcher) -> None:
         self.base = base
         self.searcher = searcher
         self.files = 0
@@ -228,10 +228,14 @@ def scan(
     roots: Iterable[Path],
     secrets_by_kind: Mapping[SecretKind, Iterable[str]],
     base: Path,
+    found_elsewhere: tuple[tuple[Leak, ...], tuple[ScanFailure, ...]] = ((), ()),
 ) -> ScanReport:
-    """Search every file under ``roots``; paths in the report are relative to ``base``."""
-    searcher = _Searcher(secrets_by_kind)
-    run = _Scan(base, searcher)
+    """Search every file under ``roots``; paths in the report are relative to ``base``.
+    ``found_elsewhere``: leaks and failures of scans made before (the guest's disks)."""
+    searcher = Searcher(secrets_by_kind)
+    run = FileScan(base, searcher)
+    run.leaks.extend(found_elsewhere[0])
+    run.failures.extend(found_elsewhere[1])
     present: list[Path] = []
     missing: list[Path] = []
     for root in roots:
@@ -258,8 +262,11 @@ def scan_run(
     paths: RunPaths,
     secrets_by_kind: Mapping[SecretKind, Iterable[str]],
     extra_roots: Iterable[Path] = (),
+    found_elsewhere: tuple[tuple[Leak, ...], tuple[ScanFailure, ...]] = ((), ()),
 ) -> ScanReport:
-    """Scan the whole run directory (and any roots kept elsewhere) and write ``scan.json``."""
-    report = scan([paths.run_dir, *extra_roots], secrets_by_kind, base=paths.run_dir)
+    """Scan the whole run directory (and any roots kept elsewhere) and write ``scan.json``;
+    ``found_elsewhere`` (the guest disks' findings, runner.run.guest_scan) is in it too."""
+    roots = [paths.run_dir, *extra_roots]
+    report = scan(roots, secrets_by_kind, base=paths.run_dir, found_elsewhere=found_elsewhere)
     write_model(paths.scan, report)
     return report

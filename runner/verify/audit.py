@@ -1,10 +1,13 @@
-"""The frozen-state audit: the generated playbook run by ansible-runner, judged from its events.
+"""The frozen-state audit: the guest's disk read on the host (runner.verify.disk), then its live
+state by the generated playbook run by ansible-runner, judged from its events.
 
-The guest is reached by Ansible's own SSH client, not by the Paramiko transport that built and
-froze it: the tool that checks is independent of the tool that built. Each audit is one
+The live state is read by Ansible's own SSH client, not by the Paramiko transport that built and
+froze the guest: the tool that checks is independent of the tool that built. Each audit is one
 ansible-runner private data dir kept as evidence::
 
     <evidence_dir>/<ident>/
+        disk-drifts.json                            every drift of the disk (the report keeps
+                                                    the first of each kind)
         project/verify.yml                          the playbook generated from the manifest
         inventory/hosts.json                        how Ansible reaches the guest (no secrets)
         artifacts/<ident>/job_events/*.json         every observation and assert, as evidence
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,16 +26,13 @@ from typing import Any
 import ansible_runner
 import yaml
 
+from runner.core.errors import RunnerError
 from runner.core.files import write_atomic, write_model
 from runner.freeze.manifest import FreezeManifest
+from runner.freeze.record import load_freeze
 from runner.lab.state import LabState
-from runner.verify.playbook import (
-    ABSENT,
-    CHECK_TASK_PREFIX,
-    HOST_GROUP,
-    TREE_LISTING_TASK,
-    build_playbook,
-)
+from runner.verify.disk import DiskCheck, audit_disk, lab_disk
+from runner.verify.playbook import CHECK_TASK_PREFIX, HOST_GROUP, build_playbook
 from runner.verify.report import Drift, VerifyReport
 
 PLAYBOOK = "verify.yml"
@@ -47,9 +47,8 @@ _ANSIBLE_ENV = {
     "ANSIBLE_NOCOLOR": "True",
     "ANSIBLE_LOCALHOST_WARNING": "False",
     "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
-    # ansible-runner drops an event's result beyond 700,000 characters; a drifted tree's listing
-    # (a digest per file: /opt holds the harness trees, tens of thousands of files) is larger.
-    "MAX_EVENT_RES": str(256 << 20),
+    # ansible-runner drops an event's result beyond 700,000 characters (sysctl's map is large).
+    "MAX_EVENT_RES": str(64 << 20),
 }
 _CHECK_EVENTS = frozenset({"runner_on_ok", "runner_on_failed"})
 
@@ -73,13 +72,33 @@ def _not_cancelled() -> bool:
     return False
 
 
-def audit(manifest: FreezeManifest, host_vars: dict[str, Any], evidence_dir: Path) -> VerifyReport:
-    """Run the audit of ``manifest`` against the host ``host_vars`` describe; the report is
-    written into the audit's private data dir even when the audit could not run."""
+def _disk_part(disk: DiskCheck, private: Path) -> tuple[list[str], list[Drift], int, float]:
+    """The disk's checks and drifts; a disk that could not be read is a drift, not a crash."""
+    started = time.monotonic()
+    try:
+        checks, drifts, paths = audit_disk(disk, private)
+    except RunnerError as error:
+        checks, paths = ["disk:read"], 0
+        drifts = [Drift(check="disk:read", expected="the disk read on the host", found=str(error))]
+    return checks, drifts, paths, round(time.monotonic() - started, 3)
+
+
+def audit(
+    manifest: FreezeManifest,
+    host_vars: dict[str, Any],
+    evidence_dir: Path,
+    disk: DiskCheck | None,
+) -> VerifyReport:
+    """Run the audit of ``manifest`` against the host ``host_vars`` describe (and its disk, when
+    ``disk`` says how to read it); the report is written into the audit's private data dir even
+    when the audit could not run."""
     started = time.monotonic()
     checked_at = datetime.now(UTC)
     ident = checked_at.strftime("%Y%m%dT%H%M%S%fZ")
     private = evidence_dir / ident
+    disk_checks, disk_drifts, disk_paths, disk_seconds = (
+        _disk_part(disk, private) if disk is not None else ([], [], 0, None)
+    )
     write_atomic(
         private / "project" / PLAYBOOK,
         yaml.safe_dump(build_playbook(manifest), sort_keys=False, width=1000).encode(),
@@ -98,7 +117,7 @@ def audit(manifest: FreezeManifest, host_vars: dict[str, Any], evidence_dir: Pat
         # set its flag, and `runner execute` ran on (runner/core/signals.py keeps ours).
         cancel_callback=_not_cancelled,
     )
-    checks, drifts = judge(list(result.events), manifest)
+    checks, drifts = judge(list(result.events))
     if result.status != "successful" and not drifts:
         drifts.append(Drift(check="ansible:run", expected="successful", found=str(result.status)))
     report = VerifyReport(
@@ -107,22 +126,27 @@ def audit(manifest: FreezeManifest, host_vars: dict[str, Any], evidence_dir: Pat
         checked_at=checked_at,
         seconds=round(time.monotonic() - started, 3),
         evidence=str(private),
-        checks=tuple(checks),
-        drifts=tuple(drifts),
+        checks=(*disk_checks, *checks),
+        drifts=(*disk_drifts, *drifts),
+        disk_paths=disk_paths,
+        disk_seconds=disk_seconds,
     )
     write_model(private / REPORT, report)
     return report
 
 
-def judge(
-    events: Iterable[dict[str, Any]], manifest: FreezeManifest
-) -> tuple[list[str], list[Drift]]:
+def audit_lab(lab: LabState, evidence_dir: Path) -> VerifyReport:
+    """The whole audit of a frozen lab: its disk on the host, its live state over Ansible."""
+    manifest, saved = load_freeze(lab.lab)
+    return audit(manifest, ssh_host_vars(lab), evidence_dir, lab_disk(lab, manifest, saved))
+
+
+def judge(events: Iterable[dict[str, Any]]) -> tuple[list[str], list[Drift]]:
     """Checks and drifts from the job events: each ``check <category>`` assert names the keys
     it compared and those that differ; a task that failed without leave to is a drift of
     ``ansible:<task>``."""
     checks: list[str] = []
     drifts: list[Drift] = []
-    listings: dict[str, str] = {}
     for event in events:
         data = event.get("event_data", {})
         task = str(data.get("task", ""))
@@ -140,14 +164,11 @@ def judge(
                 )
                 for item in said["drifts"]
             )
-        elif kind == "runner_item_on_ok" and task == TREE_LISTING_TASK and "item" in result:
-            # (without its result the tree's drift stays whole: no per-file detail)
-            listings[str(result["item"])] = str(result.get("stdout", ""))
         elif kind == "runner_on_unreachable" or (
             kind == "runner_on_failed" and not data.get("ignore_errors")
         ):
             drifts.append(Drift(check=f"ansible:{task}", expected="ok", found=_message(result)))
-    return checks, list(_per_file(drifts, listings, manifest))
+    return checks, drifts
 
 
 def _check_message(result: dict[str, Any]) -> dict[str, Any]:
@@ -167,29 +188,6 @@ def _check_message(result: dict[str, Any]) -> dict[str, Any]:
 def _message(result: dict[str, Any]) -> str:
     text = str(result.get("msg") or result.get("stderr") or "failed")
     return " ".join(text.split())[:500]
-
-
-def _per_file(
-    drifts: list[Drift], listings: dict[str, str], manifest: FreezeManifest
-) -> Iterator[Drift]:
-    """A drifted tree becomes one drift per file that differs, when its listing was taken."""
-    for drift in drifts:
-        root = drift.check.removeprefix("tree:")
-        tree = manifest.state.trees.get(root)
-        if not drift.check.startswith("tree:") or root not in listings or tree is None:
-            yield drift
-            continue
-        found = dict(line.split("\t", 1) for line in listings[root].splitlines() if "\t" in line)
-        files = [
-            Drift(
-                check=f"tree:{root}/{path}",
-                expected=tree.files.get(path, ABSENT),
-                found=found.get(path, ABSENT),
-            )
-            for path in sorted(tree.files.keys() | found.keys())
-            if tree.files.get(path) != found.get(path)
-        ]
-        yield from files or [drift]
 
 
 def render_drifts(report: VerifyReport, limit: int = 50) -> str:

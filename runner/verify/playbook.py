@@ -1,32 +1,30 @@
-"""The audit playbook, generated from a freeze manifest: observe the guest, assert per category.
+"""The audit playbook, generated from a freeze manifest: observe the guest's live state, assert
+per category. (The disk is audited on the host: runner.verify.disk.)
 
-Every probe observes one kind of state with the guest's own tools (``dpkg-query``, coreutils
-``sha256sum``/``readlink`` over the pinned files and tree listings, ``pip freeze``, ``podman
-images``, ``ss``, ``nft``) and turns what it saw into a map ``key -> value`` shaped like the
-manifest's expectation; one ``assert`` per category compares every key either map has.
+Every probe observes one kind of state with the guest's own tools (``dpkg-query``, ``podman``,
+``ss``, ``nft``, ``systemctl`` and the live categories of runner.freeze.live) and turns what it
+saw into a map ``key -> value`` shaped like the manifest's expectation; one ``assert`` per
+category compares every key either map has.
 
 Observations are ``raw`` tasks: one SSH exec each, no Python module. Under TCG a Python module
 (``stat``, ``command``) costs 7-16 s of interpreter start per call in the guest, a ``raw``
 call well under one. The playbook runs in check mode; the read-only observations opt out of
-it (``check_mode: false``, ``changed_when: false``). A tree that drifted is listed again, file
-by file, as evidence for a per-file diff.
+it (``check_mode: false``, ``changed_when: false``).
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runner.freeze.manifest import FreezeManifest, FreezeScope
+from runner.freeze.live import LIVE_PROBES, LiveProbe
+from runner.freeze.manifest import FreezeManifest
 
 ABSENT = "absent"
-NOT_FROZEN = "present, not frozen"
 LISTENING = "listening"
 CHECK_TASK_PREFIX = "check "
-TREE_LISTING_TASK = "list drifted trees"
 HOST_GROUP = "guest"
 # A real TAB inside Jinja string literals (Ansible escapes backslashes in templates).
 TAB = "\t"
@@ -53,7 +51,8 @@ class Probe:
 def _raw(name: str, command: str, register: str | None = None) -> dict[str, Any]:
     task: dict[str, Any] = {
         "name": name,
-        "ansible.builtin.raw": f"set -o pipefail; {command}",
+        # Literal: no Jinja in the guest's command (Go templates of podman, bash's ${{...}}).
+        "ansible.builtin.raw": f"{{% raw %}}set -o pipefail; {command}{{% endraw %}}",
         "args": {"executable": "/bin/bash"},
         "changed_when": False,
         "check_mode": False,
@@ -63,9 +62,9 @@ def _raw(name: str, command: str, register: str | None = None) -> dict[str, Any]
     return task
 
 
-def _lines_to_map(register: str) -> str:
-    """``key<TAB>value`` lines to a map."""
-    return f"{{{{ dict({register}.stdout_lines | map('split', '{TAB}')) }}}}"
+def _lines_to_map(register: str, maxsplit: int = -1) -> str:
+    """``key<TAB>value`` lines to a map (``maxsplit=1``: a value may hold tabs)."""
+    return f"{{{{ dict({register}.stdout_lines | map('split', '{TAB}', {maxsplit})) }}}}"
 
 
 # dpkg's own view, one "name<TAB>version" line per package it knows; the version carries the
@@ -75,84 +74,6 @@ _DPKG_QUERY = (
     " | awk -F '\\t' '{ s = $1; gsub(/ /, \"\", s); if (s ~ /^u/) next;"
     ' print $2 "\\t" $3 (s == "ii" ? "" : " [" s "]") }\''
 )
-
-
-_GLOB_CHARS = re.compile(r"([*?\[\]])")
-
-
-def glob_word(pattern: str) -> str:
-    """``pattern`` as one bash word that still globs: literal parts quoted, ``*?[]`` not."""
-    return "".join(
-        part if _GLOB_CHARS.fullmatch(part) else shlex.quote(part)
-        for part in _GLOB_CHARS.split(pattern)
-        if part
-    )
-
-
-def _files_command(manifest: FreezeManifest) -> str:
-    """``path<TAB>entry`` for every frozen file and every current match of the patterns (a
-    match that is a directory is not a file of the freeze)."""
-    frozen = " ".join(shlex.quote(path) for path in sorted(manifest.state.files))
-    listed = f"printf '%s\\n' {frozen}; " if frozen else ""
-    # bash expands the patterns (nullglob: no match, no word).
-    patterns = " ".join(glob_word(pattern) for pattern in manifest.scope.files)
-    return (
-        f"shopt -s nullglob; {{ {listed}for p in {patterns}; do "
-        '[ -d "$p" ] && [ ! -L "$p" ] || printf \'%s\\n\' "$p"; done; } | LC_ALL=C sort -u'
-        " | while IFS= read -r p; do"
-        ' if [ -L "$p" ]; then printf \'%s\\tsymlink:%s\\n\' "$p" "$(readlink "$p")";'
-        ' elif [ -f "$p" ]; then'
-        ' printf \'%s\\tsha256:%s\\n\' "$p" "$(sha256sum < "$p" | cut -c1-64)";'
-        ' elif [ -e "$p" ]; then printf \'%s\\tnot a regular file\\n\' "$p";'
-        f" else printf '%s\\t{ABSENT}\\n' \"$p\"; fi; done"
-    )
-
-
-def tree_listing_command(root: str, scope: FreezeScope) -> str:
-    """The listing of one tree as coreutils see it (the format of freeze_manifest's)."""
-    excluded = " -o ".join(f"-name {shlex.quote(pattern)}" for pattern in scope.tree_excludes)
-    prune = f"\\( {excluded} \\) -prune -o " if excluded else ""
-    quoted = shlex.quote(root)
-    return (
-        f"{{ if [ -d {quoted} ] && [ ! -L {quoted} ]; then cd {quoted} && "
-        f"{{ find . -xdev {prune}-type f -printf '%P\\0' | xargs -0 -r sha256sum"
-        " | sed -E 's/^([0-9a-f]{64})  (.*)$/\\2\\tsha256:\\1/';"
-        f" find . -xdev {prune}-type l -printf '%P\\tsymlink:%l\\n'; }}; fi; }} | LC_ALL=C sort"
-    )
-
-
-def _trees_command(manifest: FreezeManifest) -> str:
-    return "; ".join(
-        f"printf '%s\\tsha256:%s\\n' {shlex.quote(root)} "
-        f'"$({tree_listing_command(root, manifest.scope)} | sha256sum | cut -c1-64)"'
-        for root in manifest.scope.trees
-    )
-
-
-# Every distribution of a venv as ``name==version``, from importlib.metadata (a venv made
-# without pip has no pip to ask); the same lines the freeze collected.
-DISTRIBUTIONS = (
-    "import importlib.metadata as m\n"
-    "print('\\n'.join(sorted(f\"{d.metadata['Name']}=={d.version}\" for d in m.distributions())))"
-)
-
-
-def _venvs_command(manifest: FreezeManifest) -> str:
-    """``<venv>:<distribution><TAB><pip freeze line>`` for each frozen environment."""
-    return "true; " + "".join(
-        f"{shlex.quote(venv)}/bin/python -I -c {shlex.quote(DISTRIBUTIONS)}"
-        f" 2>/dev/null | grep -v '^#' | sed -E 's|^([^=@ ]+).*$|{venv}:\\1\\t&|' || true; "
-        for venv in sorted(manifest.state.venvs)
-    )
-
-
-_DIST_NAME = re.compile(r"^[^=@ ]+")
-
-
-def venv_key(venv: str, line: str) -> str:
-    """``<venv>:<distribution>`` (what the audit's sed keeps of a ``pip freeze`` line)."""
-    match = _DIST_NAME.match(line)
-    return f"{venv}:{match[0] if match else line}"
 
 
 _IMAGES_OBSERVED = (
@@ -200,6 +121,16 @@ def _waiting_command(manifest: FreezeManifest) -> str:
     )
 
 
+def _live_probe(live: LiveProbe) -> Probe:
+    """A live category (runner.freeze.live): the command the freeze ran, the map it recorded."""
+    return Probe(
+        live.category,
+        lambda m: live.command(m.scope),
+        _lines_to_map(f"{live.category}_seen", maxsplit=1),
+        lambda m: dict(m.state.live.get(live.category, {})),
+    )
+
+
 PROBES: tuple[Probe, ...] = (
     Probe(
         "kernel",
@@ -209,24 +140,6 @@ PROBES: tuple[Probe, ...] = (
     ),
     Probe(
         "dpkg", lambda m: _DPKG_QUERY, _lines_to_map("dpkg_seen"), lambda m: dict(m.state.packages)
-    ),
-    Probe("file", _files_command, _lines_to_map("file_seen"), lambda m: dict(m.state.files)),
-    Probe(
-        "tree",
-        _trees_command,
-        _lines_to_map("tree_seen"),
-        lambda m: {root: tree.listing_sha256 for root, tree in m.state.trees.items()},
-    ),
-    Probe(
-        "venv",
-        _venvs_command,
-        _lines_to_map("venv_seen"),
-        lambda m: {
-            venv_key(venv, line): line
-            for venv, lines in m.state.venvs.items()
-            for line in lines
-            if not line.startswith("#")
-        },
     ),
     Probe(
         "podman",
@@ -250,20 +163,8 @@ PROBES: tuple[Probe, ...] = (
         _lines_to_map("waiting_seen"),
         lambda m: dict(m.state.waiting),
     ),
+    *(_live_probe(live) for live in LIVE_PROBES),
 )
-
-
-def _tree_listing_task(manifest: FreezeManifest) -> dict[str, Any]:
-    commands = {root: tree_listing_command(root, manifest.scope) for root in manifest.scope.trees}
-    task = _raw(TREE_LISTING_TASK, "{{ commands[item] }}")
-    task.update(
-        {
-            "vars": {"commands": commands},
-            "loop": list(manifest.scope.trees),
-            "when": "observed.tree.get(item) != expected.tree.get(item)",
-        }
-    )
-    return task
 
 
 def _check_task(probe: Probe) -> dict[str, Any]:
@@ -312,7 +213,6 @@ def build_playbook(manifest: FreezeManifest) -> list[dict[str, Any]]:
             "tasks": [
                 *(probe.observe_task(manifest) for probe in PROBES),
                 gather,
-                _tree_listing_task(manifest),
                 *(_check_task(probe) for probe in PROBES),
             ],
         }

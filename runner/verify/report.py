@@ -19,6 +19,8 @@ class Drift(FrozenModel):
 
 
 class VerifyReport(FrozenModel):
+    LATE_FIELDS = frozenset({"disk_paths", "disk_seconds"})
+
     schema_version: Literal[1] = 1
     lab: str
     freeze_manifest_sha256: str
@@ -29,6 +31,10 @@ class VerifyReport(FrozenModel):
     evidence: str
     checks: tuple[str, ...]  # every check that ran, "<category>:<item>"
     drifts: tuple[Drift, ...] = ()
+    # The disk read on the host (runner.verify.disk): paths compared, and the seconds it took
+    # (None: the disk was not audited, as in the host's own audit of the tests).
+    disk_paths: int = 0
+    disk_seconds: float | None = None
 
     @property
     def passed(self) -> bool:

@@ -3,7 +3,7 @@ audit passes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -11,7 +11,9 @@ from pathlib import Path
 
 from runner.lab.transport import GuestTransport
 from runner.run.execute import run_task_derivations
+from runner.run.guest_scan import DiskFindings
 from runner.run.run_dir import OpenRun
+from runner.run.scan import SecretKind
 from runner.spec.tasks import TaskDerivation
 from runner.verify.report import VerifyReport
 from tests.support.fake_transport import FakeTransport
@@ -44,6 +46,12 @@ class FakeLab:
             evidence=str(evidence),
             checks=("fake:guest",),
         )
+
+    def scan_disk(
+        self, guest: GuestTransport, secrets_by_kind: Mapping[SecretKind, tuple[str, ...]]
+    ) -> DiskFindings:
+        """The fake guest's disk holds nothing: one changed file scanned, clean."""
+        return DiskFindings(files=1, bytes=0, leaks=(), failures=())
 
     def unjudged_tasks(self) -> dict[str, str]:
         return {}

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Self
 
@@ -83,6 +84,11 @@ class FakeTransport(ClosedOnExit):
 
     def check(self, command: str, *, timeout: float | None = None) -> ExecResult:
         return require_ok(self.exec(command, timeout=timeout))
+
+    @contextmanager
+    def holding(self, command: str, ready: bytes, wait_seconds: float) -> Iterator[None]:
+        require_ok(self._ask(command, "running a held command"))
+        yield
 
     def upload(self, local: Path, remote_dir: str) -> None:
         require_ok(self._ask(f"upload {local.name} {remote_dir}", f"copying {local.name} in"))

@@ -1,0 +1,110 @@
+"""The credential scan of the guest's own disk, after every cell attempt.
+
+A bearer enters the guest only in Harbor's environment (memory), the real key never: on the
+guest's disk neither may be. After each attempt, before the next reset throws that disk away,
+the host reads it (runner.lab.disk: the guest holds its filesystem frozen meanwhile) and
+searches every file that changed since the freeze (a path the freeze's inventory lacks, or whose
+ctime moved; the inventory's excluded paths, such as /var/log, are always read) for the real
+keys, every bearer issued so far and the bearer shape, compressed files inside too
+(runner.run.scan's search). Each attempt's result is ``attempts/<cell>/guest-scan-<n>.json``;
+the run's ``scan.json`` takes their leaks and failures in, so a secret on the guest's disk makes
+the receipt ``failed_closed``, naming the path. A guest disk that could not be read is a failure
+of the scan, as any file that could not be read through is.
+"""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from runner.core.files import read_model, write_model
+from runner.core.models import FrozenModel
+from runner.freeze.inventory import DiskInventory, walk
+from runner.records.paths import RunPaths
+from runner.run.scan import FileScan, Leak, ScanFailure, Searcher, SecretKind
+
+GUEST_PREFIX = "guest:"
+
+
+class GuestScan(FrozenModel):
+    schema_version: Literal[1] = 1
+    cell: str
+    attempt: int = Field(ge=1)
+    scanned_at: datetime
+    files_scanned: int = Field(ge=0)
+    bytes_scanned: int = Field(ge=0)
+    leaks: tuple[Leak, ...]
+    failures: tuple[ScanFailure, ...]
+
+
+@dataclass(frozen=True)
+class DiskFindings:
+    files: int
+    bytes: int
+    leaks: tuple[Leak, ...]
+    failures: tuple[ScanFailure, ...]
+
+
+def changed_files(root: Path, inventory: DiskInventory) -> Iterator[Path]:
+    """Every regular file of the disk mounted at ``root`` that is not as the freeze left it."""
+    for path, host, info in walk(root, ()):
+        if stat.S_ISREG(info.st_mode) and inventory.ctimes.get(path) != info.st_ctime_ns:
+            yield Path(host)
+
+
+def scan_disk(
+    root: Path, inventory: DiskInventory, secrets_by_kind: Mapping[SecretKind, tuple[str, ...]]
+) -> DiskFindings:
+    """The secrets in the changed files of the guest disk at ``root``, named ``guest:/<path>``."""
+    scan = FileScan(root, Searcher(secrets_by_kind))
+    for path in changed_files(root, inventory):
+        scan.file(path)
+    return DiskFindings(
+        files=scan.files,
+        bytes=scan.bytes,
+        leaks=tuple(
+            leak.model_copy(update={"file": f"{GUEST_PREFIX}/{leak.file}"}) for leak in scan.leaks
+        ),
+        failures=tuple(
+            failure.model_copy(update={"file": f"{GUEST_PREFIX}/{failure.file}"})
+            for failure in scan.failures
+        ),
+    )
+
+
+def record_guest_scan(paths: RunPaths, cell: str, attempt: int, findings: DiskFindings) -> None:
+    write_model(
+        paths.guest_scan(cell, attempt),
+        GuestScan(
+            cell=cell,
+            attempt=attempt,
+            scanned_at=datetime.now(UTC),
+            files_scanned=findings.files,
+            bytes_scanned=findings.bytes,
+            leaks=findings.leaks,
+            failures=findings.failures,
+        ),
+    )
+
+
+def unreadable(error: Exception) -> DiskFindings:
+    """The findings of a guest disk that could not be read: a failure of the scan."""
+    return DiskFindings(0, 0, (), (ScanFailure(file=f"{GUEST_PREFIX}/", error=str(error)),))
+
+
+def guest_findings(paths: RunPaths) -> tuple[tuple[Leak, ...], tuple[ScanFailure, ...]]:
+    """Every attempt's guest-disk leaks and failures, each named with its cell and attempt."""
+    leaks: list[Leak] = []
+    failures: list[ScanFailure] = []
+    for file in paths.guest_scans:
+        scan = read_model(file, GuestScan)
+        where = f" (cell {scan.cell}, attempt {scan.attempt})"
+        leaks += [leak.model_copy(update={"file": leak.file + where}) for leak in scan.leaks]
+        failures += [f.model_copy(update={"file": f.file + where}) for f in scan.failures]
+    return tuple(leaks), tuple(failures)
