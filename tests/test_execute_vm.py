@@ -17,10 +17,14 @@ from pathlib import Path
 import pytest
 
 from runner.core.roots import REPO_ROOT
+from runner.core.errors import RunnerError
+from runner.core.files import read_model
 from runner.lab.state import LabState
+from runner.proxy.bearer import new_bearer
 from runner.lab.transport import SshTransport
 from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
+from runner.records.schedule import Schedule
 from runner.spec.lock import load_lock
 from runner.spec.resolution import resolution_path
 from tests.support.browser import CI_ARTIFACTS, render
@@ -178,14 +182,37 @@ def deadline_lock(tmp_path: Path, deadline: int) -> Path:
     return path
 
 
+def plant_once_the_cell_runs(lab: LabState, paths: RunPaths, command: str) -> None:
+    """``command`` in the guest as soon as the run's first cell has made its trial directory
+    (after the cell's reset, before its end); a reset cuts SSH, so each look connects anew."""
+    started = time.monotonic()
+    while time.monotonic() - started < 600:
+        try:
+            first = read_model(paths.schedule, Schedule).cells[0].id
+            with SshTransport(lab.ssh_host, lab.ssh_port, Path(lab.private_key)).connect(60) as guest:
+                if guest.exec(f"test -d /srv/trials/{first}", timeout=30).exit_code == 0:
+                    guest.check(command, timeout=30)
+                    return
+        except RunnerError:  # no schedule yet, or the guest was being reset
+            pass
+        time.sleep(2)
+    raise AssertionError("no cell's trial directory appeared in the guest in 10 minutes")
+
+
 def test_a_cell_past_its_deadline_is_indeterminate_and_leaves_nothing(
     frozen_lab: LabState, tmp_path: Path
 ) -> None:
+    """Two cells killed at their deadline; during the first, a bearer-shaped string is written to
+    the guest's /root/.bash_history (as a harness that logged its environment would): the guest
+    disk's credential scan after that cell finds it, and the run fails closed naming it."""
     lock = deadline_lock(tmp_path, deadline=DEADLINE_SECONDS)
     run_dir = tmp_path / "deadline"
-    result = execute(str(lock), "--run-dir", str(run_dir), "--lab", frozen_lab.lab)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    runner = start_execute(lock, run_dir, frozen_lab.lab)
     paths = RunPaths(run_dir)
+    plant_once_the_cell_runs(
+        frozen_lab, paths, f"echo 'export BENCH_PROXY_BEARER={new_bearer()}' >> /root/.bash_history"
+    )
+    assert runner.wait(timeout=3600) == 1  # failed closed: the leak
     lines = Ledger(paths).lines()
     assert len(lines) == 2
     for line in lines:
@@ -200,5 +227,12 @@ def test_a_cell_past_its_deadline_is_indeterminate_and_leaves_nothing(
         assert guest.check("podman ps -aq | wc -l").stdout.strip() == "0"
         assert guest.exec("pgrep -f 'harbor trial'").exit_code == 1
     receipt = json.loads(paths.receipt.read_text())
-    assert receipt["status"] == "completed_with_indeterminate", receipt["reasons"]
-    assert receipt["credential_scan"] == "clean"
+    assert receipt["status"] == "failed_closed", receipt["reasons"]
+    assert receipt["credential_scan"] == "leaks"
+    first = lines[0].cell_id
+    assert any(
+        f"guest:/root/.bash_history (cell {first}, attempt 1)" in reason
+        for reason in receipt["reasons"]
+    ), receipt["reasons"]
+    scans = [json.loads(path.read_text()) for path in paths.guest_scans]
+    assert len(scans) == 2 and all(scan["files_scanned"] > 0 for scan in scans)

@@ -81,6 +81,19 @@ def scan_state(paths: RunPaths) -> EvidenceState:
     return "clean" if scan.clean else "failed"
 
 
+def leak_reasons(paths: RunPaths, shown: int = 5) -> tuple[str, ...]:
+    """What the credential scan found where, the first ``shown`` of it (the rest counted)."""
+    from runner.run.scan import ScanReport
+
+    if not paths.scan.exists():
+        return ()
+    leaks = read_model(paths.scan, ScanReport).leaks
+    reasons = [f"credential scan: a {leak.kind} in {leak.file}" for leak in leaks[:shown]]
+    if len(leaks) > shown:
+        reasons.append(f"credential scan: {len(leaks) - shown} more leaks (scan.json)")
+    return tuple(reasons)
+
+
 def verify_state(paths: RunPaths) -> EvidenceState:
     if not paths.final_verify.exists():
         return "missing"
@@ -108,7 +121,8 @@ def load_run(paths: RunPaths, signed_by: str | None = None) -> Receipt:
         verify_state(paths),
         aborted,
         records=proxy_records(paths, lines),
-        evidence_reasons=(f"ledger chain broken: {broken}",) if broken else (),
+        evidence_reasons=((f"ledger chain broken: {broken}",) if broken else ())
+        + leak_reasons(paths),
     )
     evidence = {"ledger_chain": chain, "frozen": frozen_digests(paths), "signed_by": signed_by}
     return with_reference_versions(receipt.model_copy(update=evidence), lock.reference_versions)
