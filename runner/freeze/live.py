@@ -77,8 +77,9 @@ def _units(scope: FreezeScope) -> str:
 
 
 def _processes(scope: FreezeScope) -> str:
-    """``<executable><TAB>count <n> sha256:<digest of the running image>``, one per executable
-    (a replaced binary reads ``<path> (deleted)``). One find and two greps read every process.
+    """``<executable><TAB>sha256:<digest of the running image>``, one line per executable that
+    runs (a replaced binary reads ``<path> (deleted)``; how many of each run is left out: a
+    service's workers come and go). One find and two greps read every process.
     Left out: the audit's own session (its session id: the command's pipeline), processes gone
     before they were read, and the scope's excluded executables and cgroups."""
     skip_exe = shlex.quote(glob_ere(scope.process_exe_excludes))
@@ -95,10 +96,10 @@ def _processes(scope: FreezeScope) -> str:
         ' $1 == "st" { split($3, f, " "); sid[$2] = f[4] }'
         " END { for (p in exe) { if (!(p in cg) || !(p in sid) || sid[p] == own) continue;"
         " if (exe[p] ~ skip_exe || cg[p] ~ skip_cg) continue;"
-        " n[exe[p]]++; if (!(exe[p] in at)) at[exe[p]] = p }"
-        ' for (e in n) print e "\\t" n[e] "\\t" at[e] }\''
-        " | while IFS=$'\\t' read -r exe count proc; do"
-        ' printf \'%s\\tcount %s sha256:%s\\n\' "$exe" "$count"'
+        " if (!(exe[p] in at)) at[exe[p]] = p }"
+        ' for (e in at) print e "\\t" at[e] }\''
+        " | while IFS=$'\\t' read -r exe proc; do"
+        ' printf \'%s\\tsha256:%s\\n\' "$exe"'
         ' "$(sha256sum < "$proc/exe" 2>/dev/null | cut -c1-64)"; done | LC_ALL=C sort'
     )
 
