@@ -17,7 +17,8 @@ import shutil
 import pytest
 
 from runner.core.roots import REPO_ROOT
-from runner.freeze.manifest import Collected, FreezeScope, GuestState, default_scope
+from runner.freeze.live import LIVE_PROBES
+from runner.freeze.manifest import default_scope
 from runner.lab import egress
 from runner.lab.egress import EgressReadError, RefusedEgress, parse_refused
 from runner.lab.layout import GUEST_MIRROR_ADDRESS, GUEST_PROXY_ADDRESS
@@ -28,6 +29,7 @@ from runner.records.schedule import Cell, build_schedule
 from runner.run.egress_summary import CellEgress, egress_section, refused_egress, summed
 from runner.run.report import markdown
 from runner.spec.lock import Lock, load_lock
+from runner.verify.playbook import build_playbook
 from tests.support.cell_fixtures import runner_for
 from tests.support.fake_transport import (
     EGRESS_LISTINGS,
@@ -37,6 +39,7 @@ from tests.support.fake_transport import (
     answer,
     trial_tree,
 )
+from tests.support.freeze_factory import manifest_of
 from tests.support.recorded_provisioning import example_plan, record_provisioning
 
 REFUSED = (EGRESS_LISTINGS / "nft-1.1.3-refused.json").read_text()
@@ -264,14 +267,17 @@ def test_the_deploy_loads_the_firewall_before_podman_and_never_restarts_it(
 # --- the freeze and its audit -------------------------------------------------------------------
 
 
-def test_the_freeze_records_the_firewalls_table_and_older_manifests_keep_their_bytes() -> None:
-    assert default_scope().nft_tables == (f"inet {egress.TABLE}",)
-    collected = Collected(
-        kernel="6.12", packages={}, files={}, trees={}, venvs={}, images=(), listening=()
+def test_the_freeze_records_the_firewalls_table_and_the_audit_expects_it() -> None:
+    scope = default_scope()
+    assert scope.nft_tables == (f"inet {egress.TABLE}",)
+    assert "ruleset" in {probe.category for probe in LIVE_PROBES}  # the whole ruleset too
+    collected = {"kernel": "6.12", "packages": {}, "images": [], "listening": []}
+    firewall = {f"inet {egress.TABLE}": "sha256:" + "e" * 64}
+    manifest = manifest_of(
+        {"nft_tables": list(scope.nft_tables)}, {**collected, "nft_tables": firewall}
     )
-    scope = FreezeScope(files=(), trees=())
-    state = GuestState.of(collected, scope)
-    assert "nft_tables" not in scope.model_dump() and "nft_tables" not in state.model_dump()
-    firewall = {f"inet {egress.TABLE}": "absent"}
-    recorded = GuestState.of(collected.model_copy(update={"nft_tables": firewall}), scope)
-    assert recorded.model_dump()["nft_tables"] == firewall
+    assert manifest.state.nft_tables == firewall
+    [play] = build_playbook(manifest)
+    assert play["vars"]["expected"]["nft"] == firewall
+    [observe] = [task for task in play["tasks"] if task["name"] == "observe nft"]
+    assert f"nft -s -t list table inet {egress.TABLE} " in observe["ansible.builtin.raw"]

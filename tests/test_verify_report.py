@@ -7,27 +7,15 @@ import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from typing import Any
 
-import pytest
-
 from runner.verify.audit import judge, render_drifts
 from runner.verify.junit import junit_xml
 from runner.verify.report import Drift, VerifyReport
 from tests.support.freeze_factory import manifest_of
 
-SHA_A = "sha256:" + "a" * 64
 SHA_B = "sha256:" + "b" * 64
 
 MANIFEST = manifest_of(
-    {"files": ["/usr/local/bin/*"], "trees": ["/opt"]},
-    {
-        "kernel": "k",
-        "packages": {"bash": "5.2", "unzip": "6.0"},
-        "files": {},
-        "trees": {"/opt": {"bench/tool": SHA_A, "bench/link": "symlink:tool"}},
-        "venvs": {},
-        "images": [],
-        "listening": [],
-    },
+    {}, {"kernel": "k", "packages": {"bash": "5.2", "unzip": "6.0"}, "images": [], "listening": []}
 )
 
 
@@ -51,7 +39,7 @@ def test_checks_and_drifts_come_from_the_assert_messages() -> None:
         ),
         check_event("kernel", ["release"], []),
     ]
-    checks, drifts = judge(events, MANIFEST)
+    checks, drifts = judge(events)
     assert checks == [
         "dpkg:bash",
         "dpkg:unzip",
@@ -63,41 +51,6 @@ def test_checks_and_drifts_come_from_the_assert_messages() -> None:
         Drift(check="dpkg:unzip", expected="6.0", found="absent"),
         Drift(check="listen:tcp/8000", expected="absent", found="listening"),
     ]
-
-
-def test_a_drifted_tree_becomes_one_drift_per_file_from_its_listing() -> None:
-    listing = f"bench/link\tsymlink:elsewhere\nbench/new\t{SHA_B}\nbench/tool\t{SHA_A}\n"
-    events = [
-        check_event("tree", ["/opt"], [{"item": "/opt", "expected": SHA_A, "found": SHA_B}]),
-        {
-            "event": "runner_item_on_ok",
-            "event_data": {
-                "task": "list drifted trees",
-                "res": {"item": "/opt", "stdout": listing},
-            },
-        },
-    ]
-    _checks, drifts = judge(events, MANIFEST)
-    assert drifts == [
-        Drift(check="tree:/opt/bench/link", expected="symlink:tool", found="symlink:elsewhere"),
-        Drift(check="tree:/opt/bench/new", expected="absent", found=SHA_B),
-    ]
-
-
-@pytest.mark.parametrize(
-    "listing_events",
-    [
-        [],
-        # ansible-runner drops a result larger than MAX_EVENT_RES: the event comes with res {}
-        [{"event": "runner_item_on_ok", "event_data": {"task": "list drifted trees", "res": {}}}],
-    ],
-)
-def test_a_tree_without_its_listing_stays_one_drift(listing_events: list[dict[str, Any]]) -> None:
-    events = [
-        check_event("tree", ["/opt"], [{"item": "/opt", "expected": SHA_A, "found": SHA_B}]),
-        *listing_events,
-    ]
-    assert judge(events, MANIFEST)[1] == [Drift(check="tree:/opt", expected=SHA_A, found=SHA_B)]
 
 
 def test_a_task_that_failed_without_leave_is_a_drift_and_an_ignored_one_is_not() -> None:
@@ -119,7 +72,7 @@ def test_a_task_that_failed_without_leave_is_a_drift_and_an_ignored_one_is_not()
             "event_data": {"task": "something ignored", "ignore_errors": True, "res": {}},
         },
     ]
-    assert judge(events, MANIFEST)[1] == [
+    assert judge(events)[1] == [
         Drift(check="ansible:observe kernel", expected="ok", found="ssh: connect refused"),
         Drift(check="ansible:observe dpkg", expected="ok", found="non-zero return code"),
     ]
@@ -136,7 +89,7 @@ def test_an_assert_that_could_not_evaluate_is_a_drift() -> None:
             },
         }
     ]
-    [drift] = judge(events, MANIFEST)[1]
+    [drift] = judge(events)[1]
     assert drift.check == "podman:(evaluation)"
     assert "bad json" in drift.found
 
@@ -167,19 +120,30 @@ def test_drift_lines_name_check_expected_found_and_are_capped() -> None:
 def test_junit_has_a_suite_per_category_and_a_failure_per_drift() -> None:
     drifts = (
         Drift(check="dpkg:unzip", expected="6.0", found="absent"),
-        Drift(check="tree:/opt/bench/new", expected="absent", found=SHA_B),
+        Drift(check="disk:/etc/new", expected="absent", found=f"file 0644 0:0 {SHA_B}"),
     )
-    root = ET.fromstring(junit_xml(report(drifts, ("dpkg:bash", "dpkg:unzip", "tree:/opt"))))
+    checks = ("dpkg:bash", "dpkg:unzip", "disk:/etc", "disk:/usr")
+    root = ET.fromstring(junit_xml(report(drifts, checks)))
     assert root.tag == "testsuites"
-    assert (root.get("tests"), root.get("failures")) == ("3", "2")
+    assert (root.get("tests"), root.get("failures")) == ("4", "2")
     suites = {suite.get("name"): suite for suite in root.iter("testsuite")}
-    assert set(suites) == {"dpkg", "tree"}
+    assert set(suites) == {"dpkg", "disk"}
     dpkg_cases = {case.get("name"): case for case in suites["dpkg"].iter("testcase")}
     assert dpkg_cases["bash"].find("failure") is None
     failure = dpkg_cases["unzip"].find("failure")
     assert failure is not None
     assert failure.get("message") == "dpkg:unzip: expected 6.0, found absent"
-    # The tree check itself is not reported as passing: its file drift replaces it.
-    assert [case.get("name") for case in suites["tree"].iter("testcase")] == ["/opt/bench/new"]
-    properties = {p.get("name"): p.get("value") for p in suites["tree"].iter("property")}
+    # A directory's check is not reported as passing when a path below it drifted: the path's
+    # drift replaces it (another directory's check passes).
+    assert [case.get("name") for case in suites["disk"].iter("testcase")] == ["/usr", "/etc/new"]
+    properties = {p.get("name"): p.get("value") for p in suites["disk"].iter("property")}
     assert properties == {"freeze_manifest_sha256": MANIFEST.sha256, "evidence": "/evidence"}
+
+
+def test_a_report_without_a_disk_audit_keeps_its_bytes_and_one_with_it_round_trips() -> None:
+    local = report((), ("kernel:release",))
+    assert {"disk_paths", "disk_seconds"}.isdisjoint(json.loads(local.model_dump_json()))
+    audited = local.model_copy(update={"disk_paths": 1234, "disk_seconds": 2.5})
+    data = json.loads(audited.model_dump_json())
+    assert (data["disk_paths"], data["disk_seconds"]) == (1234, 2.5)
+    assert VerifyReport.model_validate_json(audited.model_dump_json()) == audited

@@ -275,7 +275,8 @@ def take_inventory(
         if md5 is None and path in observed.packages:  # a package's hard link to another file
             sha, md5 = _digests(contents(host, info.st_size), True)
         observed.entries[path] += f" sha256:{sha}{xattr}"
-        if md5 is not None:
+        # Only a package's file (a path no package owns may share its inode, so its digests).
+        if md5 is not None and path in observed.packages:
             observed.package_md5[path] = md5
     return observed
 

@@ -1,0 +1,179 @@
+"""The credential scan of the guest's disk after each attempt (runner.run.guest_scan): only what
+changed since the freeze is read, a secret there is a leak named by its guest path, cell and
+attempt, and it makes the run's scan unclean and its receipt failed_closed."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from runner.core.files import read_model
+from runner.core.roots import REPO_ROOT
+from runner.freeze.inventory import DiskInventory, inventory_of, take_inventory
+from runner.lab.transport import GuestTransport
+from runner.proxy.bearer import new_bearer
+from runner.records.paths import RunPaths
+from runner.run.execute import ExecuteOptions, execute
+from runner.run.guest_scan import (
+    DiskFindings,
+    GuestScan,
+    guest_findings,
+    record_guest_scan,
+    scan_disk,
+    unreadable,
+)
+from runner.run.scan import Leak, ScanFailure, ScanReport, SecretKind, scan_run
+from tests.support.fake_lab import FakeLab
+from tests.support.fake_transport import FakeTransport, trial_tree
+
+KEY = "sk-real-provider-key-7f3a9c2e"
+EXCLUDES = ("/var/log",)
+
+
+def frozen_disk(root: Path) -> DiskInventory:
+    """A guest disk as the freeze left it, each file holding a secret (none was then: what is
+    frozen is not scanned again, so these stand for files the freeze had as they are)."""
+    for name, text in {
+        "etc/frozen.conf": f"token = {new_bearer()}\n",
+        "etc/touched.conf": "nothing yet\n",
+        "var/log/journal": "boot\n",
+    }.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    (root / "var/lib/dpkg").mkdir(parents=True)
+    (root / "var/lib/dpkg/status").write_text("")
+    return inventory_of(take_inventory(root, EXCLUDES), EXCLUDES)
+
+
+def test_only_what_changed_since_the_freeze_is_scanned_and_a_leak_is_named_by_its_path(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "disk"
+    root.mkdir()
+    inventory = frozen_disk(root)
+    assert "/etc/frozen.conf" in inventory.ctimes and "/var/log/journal" not in inventory.ctimes
+    bearer = new_bearer()  # one no proxy of this process issued: found by its shape
+    (root / "root").mkdir()
+    (root / "root/.bash_history").write_text(f"curl -H 'Authorization: Bearer {bearer}'\n")
+    with gzip.open(root / "root/session.gz", "wt") as packed:
+        packed.write(f"key={KEY}\n")
+    # A file whose ctime moved since the freeze is read again (same size, same name).
+    touched = root / "etc/touched.conf"
+    touched.write_text(f"key {KEY}\n")
+    frozen_ctime = inventory.ctimes["/etc/touched.conf"]
+    if os.lstat(touched).st_ctime_ns == frozen_ctime:  # within one clock tick of the freeze
+        inventory = inventory.model_copy(
+            update={"ctimes": {**inventory.ctimes, "/etc/touched.conf": frozen_ctime - 1}}
+        )
+
+    findings = scan_disk(root, inventory, {"provider_key": (KEY,), "bearer": ()})
+
+    assert sorted(findings.leaks, key=lambda leak: (leak.file, leak.kind)) == [
+        Leak(file="guest:/etc/touched.conf", kind="provider_key"),
+        Leak(file="guest:/root/.bash_history", kind="bearer"),
+        Leak(file="guest:/root/session.gz", kind="provider_key", inside="1f8b"),
+    ]
+    assert findings.failures == ()
+    # The changed file, the two new ones and the excluded journal (the freeze did not record
+    # it); not the frozen file, nor dpkg's status.
+    assert findings.files == 4
+    assert not any("frozen.conf" in leak.file for leak in findings.leaks)
+
+
+def test_each_attempts_findings_are_named_with_cell_and_attempt(tmp_path: Path) -> None:
+    paths = RunPaths(tmp_path / "run")
+    leak = Leak(file="guest:/root/.bash_history", kind="bearer")
+    record_guest_scan(paths, "cell-a", 1, DiskFindings(3, 10, (leak,), ()))
+    record_guest_scan(paths, "cell-a", 2, DiskFindings(2, 0, (), ()))
+    record_guest_scan(paths, "cell-b", 1, unreadable(OSError("fusermount: no such device")))
+
+    scan = read_model(paths.guest_scan("cell-a", 1), GuestScan)
+    assert (scan.cell, scan.attempt, scan.files_scanned, scan.leaks) == ("cell-a", 1, 3, (leak,))
+    assert paths.guest_scans == [
+        paths.guest_scan("cell-a", 1),
+        paths.guest_scan("cell-a", 2),
+        paths.guest_scan("cell-b", 1),
+    ]
+    leaks, failures = guest_findings(paths)
+    assert leaks == (
+        Leak(file="guest:/root/.bash_history (cell cell-a, attempt 1)", kind="bearer"),
+    )
+    assert failures == (
+        ScanFailure(file="guest:/ (cell cell-b, attempt 1)", error="fusermount: no such device"),
+    )
+
+
+def test_the_guests_findings_make_the_runs_scan_unclean(tmp_path: Path) -> None:
+    paths = RunPaths(tmp_path / "run")
+    paths.run_dir.mkdir()
+    (paths.run_dir / "ledger.jsonl").write_text("nothing secret\n")
+    secrets: dict[SecretKind, tuple[str, ...]] = {"provider_key": (KEY,)}
+    assert scan_run(paths, secrets).clean
+
+    leak = Leak(file="guest:/root/x (cell c, attempt 1)", kind="provider_key")
+    report = scan_run(paths, secrets, found_elsewhere=((leak,), ()))
+    assert not report.clean and report.leaks == (leak,)
+    assert read_model(paths.scan, ScanReport) == report
+    failure = ScanFailure(file="guest:/ (cell c, attempt 1)", error="not mounted")
+    failed = scan_run(paths, secrets, found_elsewhere=((), (failure,)))
+    assert not failed.clean and failed.failures == (failure,) and failed.leaks == ()
+
+
+@dataclass
+class LeakyLab(FakeLab):
+    """A fake lab whose guest disk (a tree under tmp_path) gets a bearer-shaped string written
+    during the second attempt it scans."""
+
+    root: Path = Path()
+    inventory: DiskInventory | None = None
+    asked: list[Mapping[SecretKind, tuple[str, ...]]] = field(default_factory=list)
+
+    def scan_disk(
+        self, guest: GuestTransport, secrets_by_kind: Mapping[SecretKind, tuple[str, ...]]
+    ) -> DiskFindings:
+        self.asked.append(secrets_by_kind)
+        if len(self.asked) == 2:
+            (self.root / "tmp").mkdir(exist_ok=True)
+            (self.root / "tmp/harbor-env").write_text(f"OPENAI_API_KEY={new_bearer()}\n")
+        assert self.inventory is not None
+        return scan_disk(self.root, self.inventory, secrets_by_kind)
+
+
+def test_a_secret_on_the_guests_disk_fails_the_run_closed(tmp_path: Path) -> None:
+    root = tmp_path / "disk"
+    root.mkdir()
+    lab = LeakyLab(
+        FakeTransport(trials=trial_tree(tmp_path / "t", "pass")),
+        root=root,
+        inventory=frozen_disk(root),
+    )
+    run_dir = tmp_path / "run"
+    receipt = execute(
+        ExecuteOptions(REPO_ROOT / "locks" / "demo.toml", run_dir, "fake"),
+        Console(file=io.StringIO()),
+        lab,
+    )
+    paths = RunPaths(run_dir)
+    assert receipt.status == "failed_closed"
+    assert receipt.credential_scan == "leaks"
+    assert "credential scan: leaks" in receipt.reasons
+    # One scan per attempt, each given the real keys and the bearers, never the run's canary.
+    assert len(paths.guest_scans) == len(lab.asked) == 4
+    assert all(set(asked) == {"provider_key", "bearer"} for asked in lab.asked)
+    assert all(asked["bearer"] for asked in lab.asked)  # the attempt's own bearer at least
+    scans = [read_model(path, GuestScan) for path in paths.guest_scans]
+    leaky = [scan for scan in scans if scan.leaks]
+    assert len(leaky) == 3  # from the second attempt on: the fake's reset keeps the disk
+    assert all(scan.leaks == (Leak(file="guest:/tmp/harbor-env", kind="bearer"),) for scan in leaky)
+    run_scan = json.loads(paths.scan.read_text())
+    assert run_scan["clean"] is False
+    assert sorted(leak["file"] for leak in run_scan["leaks"]) == sorted(
+        f"guest:/tmp/harbor-env (cell {scan.cell}, attempt {scan.attempt})" for scan in leaky
+    )
