@@ -7,8 +7,9 @@ the fixed cost (everything but the agent and the verifier) against the cell's wa
 Phases, in a cell's order (ledger phase_seconds; Harbor's own from its result.json, on the
 guest's clock): reset, bearer, Harbor start-up (launch to trial start), environment setup,
 agent setup, agent, verifier, Harbor teardown (last phase's end to trial end), "harbor gaps"
-(the rest of Harbor's process: between its phases, and its exit), copy-back, egress read, the
-guest disk's credential scan, classification, and "ledger" (the rest of the cell's wall: writing its records).
+(the rest of Harbor's process: between its phases, and its exit), copy-back, egress read,
+the guest disk's credential scan, classification, and "ledger" (the rest of the cell's wall:
+writing its records).
 Target (issue 15): fixed cost <= 50 s median per cell under TCG on a 2-core host.
 """
 

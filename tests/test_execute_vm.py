@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from runner.core.roots import REPO_ROOT
 from runner.core.errors import RunnerError
 from runner.core.files import read_model
+from runner.core.roots import REPO_ROOT
 from runner.lab.state import LabState
-from runner.proxy.bearer import new_bearer
 from runner.lab.transport import SshTransport
+from runner.proxy.bearer import new_bearer
 from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
 from runner.records.schedule import Schedule
@@ -189,7 +189,8 @@ def plant_once_the_cell_runs(lab: LabState, paths: RunPaths, command: str) -> No
     while time.monotonic() - started < 600:
         try:
             first = read_model(paths.schedule, Schedule).cells[0].id
-            with SshTransport(lab.ssh_host, lab.ssh_port, Path(lab.private_key)).connect(60) as guest:
+            transport = SshTransport(lab.ssh_host, lab.ssh_port, Path(lab.private_key))
+            with transport.connect(60) as guest:
                 if guest.exec(f"test -d /srv/trials/{first}", timeout=30).exit_code == 0:
                     guest.check(command, timeout=30)
                     return

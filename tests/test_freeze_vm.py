@@ -92,8 +92,7 @@ PLANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "package_removed": (f"dpkg --remove {REMOVED_PACKAGE}", (f"dpkg:{REMOVED_PACKAGE}",)),
     "port_listening": (
-        f"setsid nohup python3 -m http.server {PLANTED_PORT} >/dev/null 2>&1 < /dev/null &"
-        " sleep 5",
+        f"setsid nohup python3 -m http.server {PLANTED_PORT} >/dev/null 2>&1 < /dev/null & sleep 5",
         (f"listen:tcp/{PLANTED_PORT}",),
     ),
     "egress_table_deleted": (
@@ -115,7 +114,12 @@ def manifest(lab: LabState) -> FreezeManifest:
 
 def verify_passes(lab: LabState, tmp_path: Path) -> VerifyReport:
     result = runner(
-        "verify", "--json", str(tmp_path / "v.json"), "--junit", str(tmp_path / "v.xml"), lab=lab.lab
+        "verify",
+        "--json",
+        str(tmp_path / "v.json"),
+        "--junit",
+        str(tmp_path / "v.xml"),
+        lab=lab.lab,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     report = VerifyReport.model_validate_json((tmp_path / "v.json").read_bytes())
@@ -177,9 +181,7 @@ def test_verify_names_each_planted_change(planted: dict[str, Any], name: str) ->
 
 
 def test_a_changed_package_file_names_its_package_and_both_digests(planted: dict[str, Any]) -> None:
-    [drift] = [
-        d for d in planted["report"]["drifts"] if d["check"] == "package:git/usr/bin/git"
-    ]
+    [drift] = [d for d in planted["report"]["drifts"] if d["check"] == "package:git/usr/bin/git"]
     assert drift["expected"].startswith("file 0755 0:0 sha256:")
     assert " (md5 " in drift["expected"] and " (md5 " in drift["found"]
     assert drift["expected"] != drift["found"]

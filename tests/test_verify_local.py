@@ -154,7 +154,7 @@ def test_audit_passes_on_the_frozen_state_and_names_each_drift(
             state=GuestState.of(collected, live, inventory, observed, scope),
         )
         assert manifest.state.nft_tables == {"inet bench_local_never_loaded": "absent"}
-        assert manifest.state.live["process"][str(frozen_sleep)] == f"count 1 sha256:{sleep_sha}"
+        assert manifest.state.live["process"][str(frozen_sleep)] == f"sha256:{sleep_sha}"
         disk = DiskCheck(inventory=inventory, read=lambda: take_inventory(guest_disk, EXCLUDES))
         host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
 
@@ -203,8 +203,8 @@ def test_audit_passes_on_the_frozen_state_and_names_each_drift(
             f"disk:/bin/tool: expected {tool_v1}, found {entry(guest_disk / 'bin' / 'tool')}",
             f"disk:/opt/bench/a file.txt: expected {task_before}, found {entry(task)}",
             f"disk:/opt/bench/link: expected {link_before}, found {entry(link)}",
-            f"process:{frozen_sleep}: expected count 1 sha256:{sleep_sha}, found absent",
-            f"process:{new_sleep}: expected absent, found count 1 sha256:{sleep_sha}",
+            f"process:{frozen_sleep}: expected sha256:{sleep_sha}, found absent",
+            f"process:{new_sleep}: expected absent, found sha256:{sleep_sha}",
         ]
     )
     assert "listen:tcp/18765: expected absent, found listening" in [

@@ -99,7 +99,7 @@ def _processes(scope: FreezeScope) -> str:
         " if (!(exe[p] in at)) at[exe[p]] = p }"
         ' for (e in at) print e "\\t" at[e] }\''
         " | while IFS=$'\\t' read -r exe proc; do"
-        ' printf \'%s\\tsha256:%s\\n\' "$exe"'
+        " printf '%s\\tsha256:%s\\n' \"$exe\""
         ' "$(sha256sum < "$proc/exe" 2>/dev/null | cut -c1-64)"; done | LC_ALL=C sort'
     )
 
