@@ -8,6 +8,7 @@ import gzip
 import io
 import json
 import os
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,3 +178,39 @@ def test_a_secret_on_the_guests_disk_fails_the_run_closed(tmp_path: Path) -> Non
     assert sorted(leak["file"] for leak in run_scan["leaks"]) == sorted(
         f"guest:/tmp/harbor-env (cell {scan.cell}, attempt {scan.attempt})" for scan in leaky
     )
+
+
+def test_a_resumed_run_scans_the_disk_its_killed_runner_left_before_resetting(
+    tmp_path: Path,
+) -> None:
+    """A runner killed mid-cell never scanned that attempt's disk: the run that resumes it
+    scans the guest first (the killed runner's bearers are found by their shape), for that
+    attempt, and only then resets."""
+    root = tmp_path / "disk"
+    root.mkdir()
+    lab = LeakyLab(
+        FakeTransport(trials=trial_tree(tmp_path / "t", "pass")),
+        root=root,
+        inventory=frozen_disk(root),
+    )
+    run_dir = tmp_path / "run"
+    options = ExecuteOptions(REPO_ROOT / "locks" / "demo.toml", run_dir, "fake")
+    execute(options, Console(file=io.StringIO()), lab)
+    paths = RunPaths(run_dir)
+    # As a SIGKILL in the last attempt leaves it: started, never scanned, no ledger line, no
+    # trial copied back.
+    last = max(paths.guest_scans, key=lambda path: path.stat().st_mtime)
+    scan = read_model(last, GuestScan)
+    last.unlink()
+    shutil.rmtree(paths.trials_dir / scan.cell)
+    lines = paths.ledger.read_text().splitlines(keepends=True)
+    paths.ledger.write_text("".join(lines[:-1]))
+    (root / "tmp/harbor-env").write_text(f"export BENCH_PROXY_BEARER={new_bearer()}\n")
+    resets_before = lab.resets
+
+    execute(options, Console(file=io.StringIO()), lab)
+
+    again = read_model(paths.guest_scan(scan.cell, scan.attempt), GuestScan)
+    assert again.leaks == (Leak(file="guest:/tmp/harbor-env", kind="bearer"),)
+    assert set(lab.asked[4]) == {"provider_key"}  # before the resumed run's proxy existed
+    assert lab.resets > resets_before

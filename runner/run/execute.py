@@ -41,6 +41,7 @@ from runner.records.tasks import RunTasks
 from runner.run.guest_scan import (
     DiskFindings,
     guest_findings,
+    last_unscanned_attempt,
     record_guest_scan,
     scan_disk,
     unreadable,
@@ -248,6 +249,8 @@ def preflight(
     lab.check(run)
     write_model(run.paths.tasks, RunTasks(tasks=lab.tasks(run)))
     keys = take_provider_keys(run.lock)
+    if run.resumed:
+        scan_left_behind(run, ledger, lab, keys)
     if reset:
         lab.reset()
     audit_guest(lab, run.paths.verify_dir / "preflight")
@@ -294,6 +297,21 @@ def run_cells(
             for cell in ledger.pending(run.schedule.cells):
                 progress.start(cell)
                 progress.finish(cells.run(cell, ledger))
+
+
+def scan_left_behind(run: OpenRun, ledger: Ledger, lab: Lab, keys: dict[str, str]) -> None:
+    """The guest's disk as a killed runner left it, scanned for that attempt before the reset
+    throws it away (the bearers that runner issued are found by their shape)."""
+    unscanned = last_unscanned_attempt(ledger)
+    if unscanned is None:
+        return
+    secrets: dict[SecretKind, tuple[str, ...]] = {"provider_key": tuple(keys.values())}
+    try:
+        with lab.transport().connect(wait_seconds=GUEST_CONNECT_SECONDS) as guest:
+            findings = lab.scan_disk(guest, secrets)
+    except RunnerError as error:
+        findings = unreadable(error)
+    record_guest_scan(run.paths, *unscanned, findings)
 
 
 def guest_secrets(proxy: CredentialProxy) -> dict[SecretKind, tuple[str, ...]]:

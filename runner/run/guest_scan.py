@@ -9,7 +9,8 @@ keys, every bearer issued so far and the bearer shape, compressed files inside t
 (runner.run.scan's search). Each attempt's result is ``attempts/<cell>/guest-scan-<n>.json``;
 the run's ``scan.json`` takes their leaks and failures in, so a secret on the guest's disk makes
 the receipt ``failed_closed``, naming the path. A guest disk that could not be read is a failure
-of the scan, as any file that could not be read through is.
+of the scan, as any file that could not be read through is. An attempt whose runner was killed
+is scanned by the run that resumes it, before that run's first reset.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pydantic import Field
 from runner.core.files import read_model, write_model
 from runner.core.models import FrozenModel
 from runner.freeze.inventory import DiskInventory, walk
+from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
 from runner.run.scan import FileScan, Leak, ScanFailure, Searcher, SecretKind
 
@@ -96,6 +98,22 @@ def record_guest_scan(paths: RunPaths, cell: str, attempt: int, findings: DiskFi
 def unreadable(error: Exception) -> DiskFindings:
     """The findings of a guest disk that could not be read: a failure of the scan."""
     return DiskFindings(0, 0, (), (ScanFailure(file=f"{GUEST_PREFIX}/", error=str(error)),))
+
+
+def last_unscanned_attempt(ledger: Ledger) -> tuple[str, int] | None:
+    """(cell, attempt) of the run's latest attempt, when its guest disk was never scanned (its
+    runner was killed): a resumed run scans the guest for it before its first reset."""
+    records = [
+        record
+        for cell in sorted(path.name for path in ledger.paths.attempts_dir.glob("*/"))
+        for record in ledger.attempts(cell)
+    ]
+    if not records:
+        return None
+    last = max(records, key=lambda record: record.started_at)
+    if ledger.paths.guest_scan(last.cell_id, last.attempt).exists():
+        return None
+    return last.cell_id, last.attempt
 
 
 def guest_findings(paths: RunPaths) -> tuple[tuple[Leak, ...], tuple[ScanFailure, ...]]:
