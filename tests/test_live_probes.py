@@ -121,6 +121,18 @@ def test_the_sysctl_probe_leaves_the_volatile_keys_out() -> None:
     assert kept.keys() < every.keys()
 
 
+def test_the_mount_probe_leaves_the_excluded_mount_points_out() -> None:
+    if missing("mount"):
+        pytest.skip(f"this machine has no {', '.join(missing('mount'))}")
+    [probe] = [p for p in LIVE_PROBES if p.category == "mount"]
+    every = parse_lines(run(probe.command(FreezeScope(disk_excludes=()))).stdout)
+    kept = parse_lines(
+        run(probe.command(FreezeScope(disk_excludes=(), mount_excludes=("/proc*",)))).stdout
+    )
+    assert "/proc" in every and "/" in every
+    assert "/" in kept and not any(key.startswith("/proc") for key in kept)
+
+
 def test_the_cmdline_probe_prints_the_kernels_command_line() -> None:
     [probe] = [p for p in LIVE_PROBES if p.category == "cmdline"]
     cmdline = Path("/proc/cmdline").read_text().strip().replace("\t", " ")

@@ -54,8 +54,9 @@ def _sysctl(scope: FreezeScope) -> str:
 
 def _mounts(scope: FreezeScope) -> str:
     # A mount point mounted over again is told apart by its rank in the mount table.
+    skip = shlex.quote(glob_ere(scope.mount_excludes))
     return (
-        "findmnt -rn -o TARGET,FSTYPE,SOURCE,OPTIONS | awk '{ k = $1;"
+        f"findmnt -rn -o TARGET,FSTYPE,SOURCE,OPTIONS | awk -v skip={skip} '$1 !~ skip {{ k = $1;"
         ' if (k in seen) k = k "#" ++seen[$1]; else seen[k] = 0;'
         ' print k "\\t" $2 " " $3 " " $4 }\''
     )

@@ -41,6 +41,7 @@ class FreezeScope(FrozenModel):
     task_roots: tuple[AbsolutePath, ...] = ()
     nft_tables: tuple[NftTable, ...] = ()
     sysctl_volatile: tuple[str, ...] = ()
+    mount_excludes: tuple[str, ...] = ()
     unit_excludes: tuple[str, ...] = ()
     process_exe_excludes: tuple[str, ...] = ()
     process_cgroup_excludes: tuple[str, ...] = ()

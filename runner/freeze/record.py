@@ -159,7 +159,11 @@ ARTIFACTS = GUEST.artifacts_mount
 # Podman's monitor of an exec session (the oracle's `docker exec`s) lingers 300 s after the exec
 # ended (conmon --exit-delay) and then exits by itself: frozen, it would leave every restored
 # guest a few minutes later. The freeze ends them first; nothing else is waiting on them.
-END_LINGERING_EXEC_MONITORS = "pkill -f '^/usr/bin/conmon .*--exec-attach' || true"
+END_LINGERING_EXEC_MONITORS = (
+    "pkill -f '^/usr/bin/conmon .*--exec-attach'; "
+    "for _ in $(seq 100); do pgrep -f '^/usr/bin/conmon .*--exec-attach|container cleanup'"
+    " >/dev/null || break; sleep 0.2; done; true"
+)
 
 
 def freeze_lab(lab_name: str, scope: FreezeScope, lock_path: Path | None = None) -> Frozen:
