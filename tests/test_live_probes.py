@@ -9,12 +9,14 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from runner.freeze.live import LIVE_PROBES, LiveProbe, glob_ere, parse_lines
 from runner.freeze.manifest import FreezeScope, default_scope
+from runner.freeze.record import END_LINGERING_EXEC_MONITORS
 
 # What each category needs of this machine (the guest has all of it).
 NEEDS: dict[str, tuple[str, ...]] = {
@@ -184,3 +186,14 @@ def test_the_process_probe_names_each_executable_with_its_image_digest(
     assert not ours & seen.keys(), "the probe's own pipeline is not state of the guest"
     assert after[f"{copy} (deleted)"] == f"sha256:{digest}"
     assert str(copy) not in after
+
+
+def test_the_freezes_end_of_lingering_exec_monitors_does_not_wait_on_itself() -> None:
+    """Run as the guest transport runs it (bash -c): with no monitor left it returns at once;
+    a pattern that matched its own command line waited 100 turns (a freeze timed out on it)."""
+    if not shutil.which("pgrep"):
+        pytest.skip("this machine has no pgrep")
+    started = time.monotonic()
+    done = subprocess.run(["bash", "-c", END_LINGERING_EXEC_MONITORS], timeout=60, check=False)
+    assert done.returncode == 0
+    assert time.monotonic() - started < 5

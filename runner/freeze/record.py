@@ -159,10 +159,12 @@ ARTIFACTS = GUEST.artifacts_mount
 # Podman's monitor of an exec session (the oracle's `docker exec`s) lingers 300 s after the exec
 # ended (conmon --exit-delay) and then exits by itself: frozen, it would leave every restored
 # guest a few minutes later. The freeze ends them first; nothing else is waiting on them.
+# (Both patterns are anchored at the executable: unanchored, they match this command's own bash.)
 END_LINGERING_EXEC_MONITORS = (
     "pkill -f '^/usr/bin/conmon .*--exec-attach'; "
-    "for _ in $(seq 100); do pgrep -f '^/usr/bin/conmon .*--exec-attach|container cleanup'"
-    " >/dev/null || break; sleep 0.2; done; true"
+    "for _ in $(seq 100); do"
+    " pgrep -f '^/usr/bin/(conmon .*--exec-attach|podman .*container cleanup)' >/dev/null"
+    " || break; sleep 0.2; done; true"
 )
 
 
@@ -179,7 +181,7 @@ def freeze_lab(lab_name: str, scope: FreezeScope, lock_path: Path | None = None)
         # QEMU refuses to save a domain while a virtio-9p export is mounted in it (a migration
         # blocker); provisioning is over, so the artifact share is unmounted before the freeze.
         guest.check(f"! mountpoint -q {ARTIFACTS} || umount {ARTIFACTS}", timeout=60)
-        guest.check(END_LINGERING_EXEC_MONITORS, timeout=60)
+        guest.check(END_LINGERING_EXEC_MONITORS, timeout=120)
         warm_harbor_waiting(guest)
         started = time.monotonic()
         collected, _ = collect(guest, scope)
