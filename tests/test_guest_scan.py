@@ -214,3 +214,22 @@ def test_a_resumed_run_scans_the_disk_its_killed_runner_left_before_resetting(
     assert again.leaks == (Leak(file="guest:/tmp/harbor-env", kind="bearer"),)
     assert set(lab.asked[4]) == {"provider_key"}  # before the resumed run's proxy existed
     assert lab.resets > resets_before
+
+
+def test_a_bearer_in_podmans_exec_records_is_expected_the_real_key_there_is_a_leak(
+    tmp_path: Path,
+) -> None:
+    """Harbor hands the agent its bearer as a `docker exec` environment, which Podman keeps in
+    its database until the reset: a bearer there is named as expected; a real key is a leak."""
+    root = tmp_path / "disk"
+    root.mkdir()
+    inventory = frozen_disk(root)
+    storage = root / "var/lib/containers/storage"
+    storage.mkdir(parents=True)
+    (storage / "db.sql").write_text(f"BENCH_PROXY_BEARER={new_bearer()}\n")
+    (storage / "db.sql-wal").write_text(f"OPENAI_API_KEY={KEY}\n")
+    findings = scan_disk(root, inventory, {"provider_key": (KEY,), "bearer": ()})
+    assert findings.expected_bearers == ("guest:/var/lib/containers/storage/db.sql",)
+    assert findings.leaks == (
+        Leak(file="guest:/var/lib/containers/storage/db.sql-wal", kind="provider_key"),
+    )

@@ -15,6 +15,7 @@ is scanned by the run that resumes it, before that run's first reset.
 
 from __future__ import annotations
 
+import fnmatch
 import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -32,6 +33,11 @@ from runner.records.paths import RunPaths
 from runner.run.scan import FileScan, Leak, ScanFailure, Searcher, SecretKind
 
 GUEST_PREFIX = "guest:"
+# Where a cell's bearer is on the guest's disk by design: Harbor hands it to the agent as the
+# environment of a `docker exec`, and Podman keeps each exec session's configuration in its
+# database (SQLite, with its journal files) until the reset. A bearer there is recorded as
+# expected, not as a leak; the real key, and a bearer anywhere else, are leaks.
+BEARER_EXPECTED_IN = ("/var/lib/containers/storage/db.sql*",)
 
 
 class GuestScan(FrozenModel):
@@ -43,6 +49,8 @@ class GuestScan(FrozenModel):
     bytes_scanned: int = Field(ge=0)
     leaks: tuple[Leak, ...]
     failures: tuple[ScanFailure, ...]
+    # Bearers found where they are by design (BEARER_EXPECTED_IN): named, not leaks.
+    expected_bearers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,12 @@ class DiskFindings:
     bytes: int
     leaks: tuple[Leak, ...]
     failures: tuple[ScanFailure, ...]
+    expected_bearers: tuple[str, ...] = ()
+
+
+def _expected(leak: Leak) -> bool:
+    path = "/" + leak.file
+    return leak.kind == "bearer" and any(fnmatch.fnmatchcase(path, g) for g in BEARER_EXPECTED_IN)
 
 
 def changed_files(root: Path, inventory: DiskInventory) -> Iterator[Path]:
@@ -71,7 +85,12 @@ def scan_disk(
         files=scan.files,
         bytes=scan.bytes,
         leaks=tuple(
-            leak.model_copy(update={"file": f"{GUEST_PREFIX}/{leak.file}"}) for leak in scan.leaks
+            leak.model_copy(update={"file": f"{GUEST_PREFIX}/{leak.file}"})
+            for leak in scan.leaks
+            if not _expected(leak)
+        ),
+        expected_bearers=tuple(
+            f"{GUEST_PREFIX}/{leak.file}" for leak in scan.leaks if _expected(leak)
         ),
         failures=tuple(
             failure.model_copy(update={"file": f"{GUEST_PREFIX}/{failure.file}"})
@@ -91,6 +110,7 @@ def record_guest_scan(paths: RunPaths, cell: str, attempt: int, findings: DiskFi
             bytes_scanned=findings.bytes,
             leaks=findings.leaks,
             failures=findings.failures,
+            expected_bearers=findings.expected_bearers,
         ),
     )
 
