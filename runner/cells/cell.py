@@ -113,11 +113,15 @@ def leftovers(report: str) -> str:
 class PhaseTimer:
     seconds: dict[str, float] = field(default_factory=dict)
     current: str | None = None  # the phase running now; kept when it raised
+    # Told each phase's name as it starts (a fleet host heartbeats it, runner.fleet.host).
+    listener: Callable[[str], None] | None = None
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         started = time.monotonic()
         self.current = name
+        if self.listener is not None:
+            self.listener(name)
         try:
             yield
         finally:
@@ -162,6 +166,7 @@ class CellRunner:
     # it (runner.run.guest_scan): called with the cell's id and the attempt's number; it
     # records what it found, or that it could not read, and does not raise.
     scan_guest: Callable[[str, int], None] | None = None
+    on_phase: Callable[[str], None] | None = None  # PhaseTimer.listener of every attempt
 
     def model(self, cell: Cell) -> Model:
         return next(model for model in self.lock.models if model.id == cell.model)
@@ -235,7 +240,12 @@ class CellRunner:
         self, cell: Cell, ledger: Ledger
     ) -> tuple[LedgerLine, tuple[Exception, Failure] | None]:
         """One attempt's line (not yet in the ledger), and what raised when a phase did."""
-        attempt = _Attempt(cell, ledger.begin_attempt(cell), retried=ledger.retried(cell.id))
+        attempt = _Attempt(
+            cell,
+            ledger.begin_attempt(cell),
+            timer=PhaseTimer(listener=self.on_phase),
+            retried=ledger.retried(cell.id),
+        )
         if self.mirror_log is not None:
             attempt.mirror_offset = log_end(self.mirror_log)
         try:

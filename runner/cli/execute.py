@@ -10,8 +10,10 @@ import click
 from rich.console import Console
 
 from runner.cli.options import lab_option
+from runner.fleet.controller import execute_fleet
 from runner.records.paths import RunPaths
 from runner.run.execute import ExecuteOptions, execute
+from runner.spec.fleet import load_fleet
 
 
 @click.command("execute")
@@ -34,9 +36,21 @@ from runner.run.execute import ExecuteOptions, execute
     hidden=True,
     help="A fault for the tests: the lab's package mirror serves the frozen set without NAME.",
 )
+@click.option(
+    "--fleet",
+    "fleet_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Spread the batches over this fleet's hosts through Temporal (a lock whose placement "
+    "is batch-per-host; runner.fleet). Without it: one lab, strictly serial.",
+)
 @lab_option
 def execute_command(
-    lock_path: Path | None, run_dir: Path | None, reset: bool, withhold: tuple[str, ...], lab: str
+    lock_path: Path | None,
+    run_dir: Path | None,
+    reset: bool,
+    withhold: tuple[str, ...],
+    fleet_path: Path | None,
+    lab: str,
 ) -> None:
     """Run the lock's frozen schedule in the lab's frozen guest, one cell at a time.
 
@@ -48,7 +62,10 @@ def execute_command(
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         run_dir = Path("runs") / f"{lock_path.stem}-{stamp}"
     console = Console()
-    receipt = execute(ExecuteOptions(lock_path, run_dir, lab, reset, withhold), console)
+    if fleet_path is not None:
+        receipt = execute_fleet(lock_path, run_dir, load_fleet(fleet_path), console)
+    else:
+        receipt = execute(ExecuteOptions(lock_path, run_dir, lab, reset, withhold), console)
     paths = RunPaths(run_dir)
     console.print(f"status: {receipt.status}")
     for reason in receipt.reasons:

@@ -11,6 +11,7 @@ import click
 from runner.cli.archive import archive_command
 from runner.cli.check_archive import check_archive_command
 from runner.cli.execute import execute_command
+from runner.cli.fleet import fleet_command
 from runner.cli.freeze import freeze_command
 from runner.cli.rebuild import rebuild_command
 from runner.cli.report import report_command
@@ -41,6 +42,7 @@ cli.add_command(reset_command)
 cli.add_command(execute_command)
 cli.add_command(archive_command)
 cli.add_command(check_archive_command)
+cli.add_command(fleet_command)
 
 
 class Terminated(KeyboardInterrupt):

@@ -78,6 +78,7 @@ class LedgerLine(FrozenModel):
             "egress_refused",
             "harbor_process",
             "previous_sha256",
+            "host",
         }
     )
 
@@ -127,6 +128,8 @@ class LedgerLine(FrozenModel):
     # The sha256 of the previous line's bytes, or of the chain's seed (``chain_seed``) for the
     # first line. None: a line written before the chain (or in a directory without a schedule).
     previous_sha256: Sha256 | None = None
+    # The fleet host whose lab ran the cell (runner.fleet); None: the run's one lab.
+    host: str | None = None
 
     @model_validator(mode="after")
     def _unattributed_matches_counts(self) -> LedgerLine:

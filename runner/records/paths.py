@@ -13,6 +13,9 @@
     proxy/<cell>.json     per-cell physical POST and usage counts (never a key)
     scan.json             credential scan of every retained root
     verify/               frozen-state audits (final.json + ansible-runner artifacts)
+    verify/<host>/        a fleet run's audits of each host's lab: <stage>-<batch>.json
+    fleet/history/        a fleet run's Temporal workflow histories (credential-scanned)
+    fleet/batches/        a fleet run's outcome of each batch's workflow
     aborted.json          why the last execute stopped early (absent when it ran to the end)
     receipt.json          the receipt (status per batch and overall, the ledger's chain head)
     receipt.sig           the lab operator's SSH signature of receipt.json (runner.run.signing)
@@ -98,6 +101,28 @@ class RunPaths:
     @property
     def final_verify(self) -> Path:
         return self.verify_dir / "final.json"
+
+    def host_verify(self, host: str, stage: str, batch: str) -> Path:
+        return self.verify_dir / host / f"{stage}-{batch}.json"
+
+    @property
+    def host_final_verifies(self) -> list[Path]:
+        return sorted(self.verify_dir.glob("*/final-*.json"))
+
+    @property
+    def fleet_dir(self) -> Path:
+        return self.run_dir / "fleet"
+
+    @property
+    def controller_lock(self) -> Path:
+        """Held (flock) by the one controller of a fleet run: the ledger has one writer."""
+        return self.fleet_dir / "controller.lock"
+
+    def fleet_history(self, workflow_id: str) -> Path:
+        return self.fleet_dir / "history" / f"{workflow_id}.json"
+
+    def fleet_batch(self, batch: str) -> Path:
+        return self.fleet_dir / "batches" / f"{batch}.json"
 
     @property
     def aborted(self) -> Path:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +23,7 @@ from runner.cache.paths import CachePaths
 from runner.cells.cell import CellRunner, RunAborted
 from runner.core.errors import InputError, RunnerError
 from runner.core.files import read_model, write_atomic, write_model
+from runner.core.models import FrozenModel
 from runner.freeze.inventory import DiskInventory
 from runner.freeze.manifest import FreezeManifest
 from runner.freeze.paths import FreezePaths
@@ -115,6 +116,16 @@ class Lab(Protocol):
         ...
 
 
+class LabIdentity(FrozenModel):
+    """What a lab is: provisioned for, frozen for, the freeze's manifest, how QEMU runs it."""
+
+    lab: str
+    environment_fingerprint: str
+    freeze_environment_fingerprint: str
+    freeze_manifest_sha256: str
+    acceleration: str
+
+
 @dataclass(frozen=True)
 class FrozenLab:
     """The lab as deploy and freeze left it: libvirt, the guest over SSH, the freeze."""
@@ -140,6 +151,15 @@ class FrozenLab:
 
     def check(self, run: OpenRun) -> None:
         check_identities(run, self.state, self.manifest)
+
+    def identity(self) -> LabIdentity:
+        return LabIdentity(
+            lab=self.name,
+            environment_fingerprint=self.state.environment_fingerprint,
+            freeze_environment_fingerprint=self.manifest.environment_fingerprint,
+            freeze_manifest_sha256=self.manifest.sha256,
+            acceleration=self.state.acceleration.kind,
+        )
 
     def unjudged_tasks(self) -> dict[str, str]:
         return {
@@ -222,7 +242,9 @@ def audit_guest(lab: Lab, evidence: Path) -> VerifyReport:
     return report
 
 
-def take_provider_keys(lock: Lock) -> dict[str, str]:
+def take_provider_keys(
+    lock: Lock, environment: MutableMapping[str, str] = os.environ
+) -> dict[str, str]:
     """The models' real keys, taken out of this process's environment into the proxy's hands: no
     child process (Ansible, SSH, pyinfra) inherits one, and no evidence that records its
     environment (ansible-runner's artifacts do) can hold one. The scripted provider needs no
@@ -230,7 +252,7 @@ def take_provider_keys(lock: Lock) -> dict[str, str]:
     scan has a real key to look for."""
     keys: dict[str, str] = {}
     for model in lock.models:
-        key = os.environ.pop(model.key_env, None) or keys.get(model.key_env)
+        key = environment.pop(model.key_env, None) or keys.get(model.key_env)
         if key is None and model.is_scripted:
             key = secrets.token_urlsafe(32)
         if not key:
@@ -276,19 +298,7 @@ def run_cells(
 ) -> None:
     """The pending cells in schedule order; a cell that must stop the run raises RunAborted."""
     with lab.transport().connect(wait_seconds=GUEST_CONNECT_SECONDS) as guest:
-        cells = CellRunner(
-            lock=run.lock,
-            paths=run.paths,
-            guest=guest,
-            proxy=proxy,
-            task_root=task_root(run.lock),
-            reset_guest=(lambda: lab.reset(guest)) if reset else None,
-            mirror_log=mirror_log,
-            unjudged=lab.unjudged_tasks(),
-            scan_guest=lambda cell, attempt: record_guest_scan(
-                run.paths, cell, attempt, lab.scan_disk(guest, guest_secrets(proxy))
-            ),
-        )
+        cells = cell_runner(run, lab, guest, proxy, reset, mirror_log)
         progress = RunProgress(
             total=len(run.schedule.cells), deadline_seconds=run.lock.cell_deadline_seconds
         )
@@ -297,6 +307,33 @@ def run_cells(
             for cell in ledger.pending(run.schedule.cells):
                 progress.start(cell)
                 progress.finish(cells.run(cell, ledger))
+
+
+def cell_runner(
+    run: OpenRun,
+    lab: Lab,
+    guest: GuestTransport,
+    proxy: CredentialProxy,
+    reset: bool,
+    mirror_log: Path | None,
+    on_phase: Callable[[str], None] | None = None,
+) -> CellRunner:
+    """The cells of ``run`` on the lab's connected ``guest``, each reset first (``reset``), its
+    guest disk scanned after each attempt."""
+    return CellRunner(
+        lock=run.lock,
+        paths=run.paths,
+        guest=guest,
+        proxy=proxy,
+        task_root=task_root(run.lock),
+        reset_guest=(lambda: lab.reset(guest)) if reset else None,
+        mirror_log=mirror_log,
+        unjudged=lab.unjudged_tasks(),
+        scan_guest=lambda cell, attempt: record_guest_scan(
+            run.paths, cell, attempt, lab.scan_disk(guest, guest_secrets(proxy))
+        ),
+        on_phase=on_phase,
+    )
 
 
 def scan_left_behind(run: OpenRun, ledger: Ledger, lab: Lab, keys: dict[str, str]) -> None:

@@ -95,9 +95,13 @@ def leak_reasons(paths: RunPaths, shown: int = 5) -> tuple[str, ...]:
 
 
 def verify_state(paths: RunPaths) -> EvidenceState:
-    if not paths.final_verify.exists():
+    """The final audit's verdict: the run's lab's, or in a fleet run every host's (each batch
+    audits the lab it ended on)."""
+    finals = [paths.final_verify] if paths.final_verify.exists() else paths.host_final_verifies
+    if not finals:
         return "missing"
-    return "passed" if read_model(paths.final_verify, VerifyReport).passed else "failed"
+    passed = all(read_model(path, VerifyReport).passed for path in finals)
+    return "passed" if passed else "failed"
 
 
 def load_run(paths: RunPaths, signed_by: str | None = None) -> Receipt:

@@ -363,6 +363,15 @@ class Retry(FrozenModel):
         return value
 
 
+# How the schedule's cells may spread over labs, a frozen condition of the run:
+#   serial          one lab, one cell at a time in schedule order (global concurrency 1): the
+#                   reference run's condition and the default;
+#   batch-per-host  each batch strictly serial on a lab of its own, batches of the run at the
+#                   same time on different hosts of a fleet (runner.fleet). Run without a fleet,
+#                   such a lock still runs serially on one lab; the receipt says which held.
+Placement = Literal["serial", "batch-per-host"]
+
+
 class Lock(FrozenModel):
     schema_version: Literal[1] = SCHEMA_VERSION
     name: Slug
@@ -377,13 +386,14 @@ class Lock(FrozenModel):
     tasks: TaskSource
     models: tuple[Model, ...] = Field(min_length=1)
     retry: Retry | None = None
+    placement: Placement = "serial"
     # Informational: tool versions the reference run used where the lock pins another (none of
     # the sources has them); reports print both. Not part of the environment inputs.
     reference_versions: dict[str, str] = Field(default_factory=dict)
     # Set from the lock's resolution (runner.spec.resolution.load_resolved_lock), never from TOML.
     _environment: str | None = PrivateAttr(default=None)
 
-    LATE_FIELDS = frozenset({"retry", "reference_versions"})
+    LATE_FIELDS = frozenset({"retry", "reference_versions", "placement"})
 
     @field_validator("concurrency")
     @classmethod

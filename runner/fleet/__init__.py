@@ -1,0 +1,1 @@
+"""Batches on many hosts: Temporal workflows, the hosts' workers, the controller's ledger."""
