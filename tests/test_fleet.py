@@ -158,6 +158,12 @@ def test_a_killed_host_s_batch_finishes_on_the_other_and_counts_every_cell_once(
     receipt = json.loads(paths.receipt.read_text())
     assert receipt["status"] == "completed", receipt["reasons"]
     assert receipt["final_verify"] == "passed"
+    assert receipt["placement"] == {
+        "allowed": "batch-per-host",
+        "held": "batch-per-host",
+        "hosts_by_batch": {"reference": ["b"], "wrong": ["b"]},
+    }
+    assert "placement | batch-per-host: reference on b; wrong on b" in paths.report_md.read_text()
     histories = sorted((paths.fleet_dir / "history").glob("*.json"))
     assert len(histories) == 1 + len(schedule.batches)  # the hosts' check, one per batch
     scan = json.loads(paths.scan.read_text())
@@ -183,3 +189,10 @@ def test_a_host_frozen_for_another_environment_is_refused_by_name(tmp_path: Path
     assert "host b (lab standin-b) was provisioned for environment sha256:111" in said
     assert not RunPaths(run_dir).ledger.exists()
     assert json.loads(RunPaths(run_dir).receipt.read_text())["status"] == "failed_closed"
+
+
+def test_a_serial_lock_is_refused_a_fleet(tmp_path: Path, hosts: Hosts):
+    run_dir = tmp_path / "run"
+    code, said = finished(controller(hosts, run_dir, str(REPO_ROOT / "locks" / "demo.toml")))
+    assert code == 2, said
+    assert "placement is serial, so its batches run on one lab" in said

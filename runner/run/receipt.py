@@ -34,7 +34,7 @@ from runner.run import stats
 from runner.run.failure_summary import FailureClasses, failure_classes
 from runner.run.requests import HarnessRequests, requests_by_harness
 from runner.run.stats import Estimate, Interval, Methods, PermutationTest, Proportion
-from runner.spec.lock import Harness, Lock
+from runner.spec.lock import Harness, Lock, Placement
 
 Status = Literal["completed", "completed_with_indeterminate", "failed_closed"]
 Stage = Literal["preflight", "cells", "finish"]  # the stages of an execute
@@ -225,8 +225,36 @@ class FrozenDigests(FrozenModel):
     final_verify_sha256: Sha256 | None
 
 
+class PlacementReceipt(FrozenModel):
+    """How the cells spread: what the lock allowed, what held (``serial``: one lab, one cell at
+    a time; ``batch-per-host``: the batches on a fleet's hosts), and which hosts ran each
+    batch's cells (a fleet run; a batch whose host was lost names both)."""
+
+    allowed: Placement
+    held: Placement
+    hosts_by_batch: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+
+    @property
+    def line(self) -> str:
+        if self.held == "serial":
+            return f"serial on one lab (the lock allows {self.allowed})"
+        spread = "; ".join(f"{b} on {', '.join(h)}" for b, h in self.hosts_by_batch.items())
+        return f"batch-per-host: {spread}"
+
+
+def placement_of(lock: Lock, lines: Iterable[LedgerLine]) -> PlacementReceipt:
+    hosts: dict[str, list[str]] = {}
+    for line in lines:
+        if line.host is not None and line.host not in hosts.setdefault(line.batch, []):
+            hosts[line.batch].append(line.host)
+    held: Placement = "batch-per-host" if any(hosts.values()) else "serial"
+    batches = [model.id for model in lock.models]  # a batch per model, in schedule order
+    by_batch = {batch: tuple(hosts[batch]) for batch in batches if hosts.get(batch)}
+    return PlacementReceipt(allowed=lock.placement, held=held, hosts_by_batch=by_batch)
+
+
 class Receipt(FrozenModel):
-    LATE_FIELDS = frozenset({"ledger_chain", "frozen", "signed_by"})
+    LATE_FIELDS = frozenset({"ledger_chain", "frozen", "signed_by", "placement"})
 
     schema_version: Literal[1] = 1
     status: Status
@@ -239,6 +267,7 @@ class Receipt(FrozenModel):
     ledger_chain: LedgerChain | None = None
     frozen: FrozenDigests | None = None
     signed_by: str | None = Field(default=None, description="the operator's SSH public key")
+    placement: PlacementReceipt | None = None  # None only in receipts written before it
 
 
 def totals(lines: Iterable[LedgerLine]) -> Totals:
@@ -611,4 +640,5 @@ def build_receipt(
         final_verify=final_verify,
         batches=batches,
         failure_classes=failure_classes(lock, schedule, lines),
+        placement=placement_of(lock, lines),
     )

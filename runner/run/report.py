@@ -552,6 +552,7 @@ def _identity_table(receipt: Receipt) -> Table:
         ("task revision", ids.task_revision or "local directory"),
         ("credential scan", receipt.credential_scan),
         ("final verify", receipt.final_verify),
+        ("placement", receipt.placement.line if receipt.placement else "not recorded"),
         *_evidence_rows(receipt),
     ]
     return table([("frozen identity", L), ("value", L)], rows)
