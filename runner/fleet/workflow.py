@@ -47,8 +47,13 @@ with workflow.unsafe.imports_passed_through():
 CELL_MARGIN = timedelta(minutes=10)
 AUDIT_TIMEOUT = timedelta(minutes=20)  # a host's reset and frozen-state audit
 DESCRIBE_WAIT = timedelta(seconds=30)  # for a host's worker to answer at all
-CONTROLLER_TIMEOUT = timedelta(minutes=10)
+# A controller activity is quick (a ledger read, a cell's files pulled): one that a dead
+# controller held is tried again this soon after it comes back.
+CONTROLLER_TIMEOUT = timedelta(minutes=2)
 ONCE = RetryPolicy(maximum_attempts=1)  # a host's failure moves the batch; never retried there
+# A controller activity that fails three times (a file that does not match its sha256) fails
+# the batch, and so the run, closed; it is never counted.
+CONTROLLER_RETRIES = RetryPolicy(maximum_attempts=3)
 
 
 class HostLost(Exception):
@@ -200,6 +205,7 @@ class BatchWorkflow:
             argument,
             task_queue=self._plan.controller_queue,
             start_to_close_timeout=CONTROLLER_TIMEOUT,
+            retry_policy=CONTROLLER_RETRIES,
             result_type=result_type,
         )
 
