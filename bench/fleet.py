@@ -71,6 +71,12 @@ def start_workers(
     return workers
 
 
+def stop_workers(workers: dict[str, subprocess.Popen[bytes]]) -> None:
+    for worker in workers.values():
+        worker.kill()
+        worker.wait()
+
+
 def summary(name: str, run_dir: Path, wall: float) -> dict[str, object]:
     paths = RunPaths(run_dir)
     receipt = json.loads(paths.receipt.read_text())
@@ -105,13 +111,15 @@ def killed_mid_cell(
     environment: dict[str, str],
     victim: subprocess.Popen[bytes],
     staging: Path,
+    run_dir: Path,
     kill_after: float,
 ) -> float:
-    """The controller runs; once the victim host's staging shows a cell begun, ``kill_after``
-    seconds later the victim's worker is killed."""
+    """The controller runs ``run_dir``; once the victim host's staging (``<run>-<suffix>``, the
+    run's fleet id) shows a cell begun, ``kill_after`` seconds later the victim's worker is
+    killed."""
     started = time.monotonic()
     controller = subprocess.Popen(command, cwd=REPO_ROOT, env=environment)
-    while not any(staging.glob("*/attempt-*/attempts/*/attempt-*.json")):
+    while not any(staging.glob(f"{run_dir.name}-*/*/attempt-*/attempts/*/attempt-*.json")):
         if controller.poll() is not None:
             sys.exit("the controller ended before the victim host began a cell")
         time.sleep(1)
@@ -144,7 +152,7 @@ def main() -> None:
     with ExitStack() as stack:
         stack.enter_context(dev_server(port, out / "temporal.sqlite", out / "temporal.log"))
         workers = start_workers(args.fleet, fleet, args.lock, environment, out)
-        stack.callback(lambda: [worker.kill() for worker in workers.values()])
+        stack.callback(stop_workers, workers)
         single = out / "single"
         command = [RUNNER, "execute", str(args.lock), "--run-dir", str(single)]
         wall = timed_execute([*command, "--lab", fleet.hosts[0].lab], environment)
@@ -155,10 +163,15 @@ def main() -> None:
         results.append(summary("fleet, batch per host", spread, wall))
         killed = out / "fleet-killed"
         victim = fleet.hosts[-1]
-        staging = cache_root() / "fleet" / victim.name / killed.name
+        staging = cache_root() / "fleet" / victim.name
         command = [RUNNER, "execute", str(args.lock), "--run-dir", str(killed), "--fleet"]
         wall = killed_mid_cell(
-            [*command, str(args.fleet)], environment, workers[victim.name], staging, args.kill_after
+            [*command, str(args.fleet)],
+            environment,
+            workers[victim.name],
+            staging,
+            killed,
+            args.kill_after,
         )
         results.append(summary(f"fleet, host {victim.name} killed mid-cell", killed, wall))
     (out / "bench.json").write_text(json.dumps(results, indent=2) + "\n")

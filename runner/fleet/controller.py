@@ -13,7 +13,8 @@ serves their controller activities on a task queue of the run's own:
 - ``record_verify``: a host's preflight or final audit of its lab.
 
 A second ``execute`` of the same run attaches to the running workflows (or to their results);
-a workflow id is the batch's lock fingerprint and the run id, so none runs twice. The live view
+a workflow id is the batch's lock fingerprint and the run id (kept in the run directory), so
+none runs twice. The live view
 is read from the workflows' ``status`` queries, so it survives a controller restart. At the end
 the workflows' histories are kept in the run directory and credential-scanned with it.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import secrets
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -81,6 +83,16 @@ HEARTBEAT_SECONDS = 5.0  # a host silent this long is lost (its cell re-dispatch
 def controller_queue(run_id: str) -> str:
     """The run's own queue: only this run's controller serves its ledger."""
     return f"{QUEUE_PREFIX}-controller-{run_id}"
+
+
+def fleet_run_id(paths: RunPaths) -> str:
+    """The run directory's name and a random suffix, made once and kept in the run directory:
+    two runs never share workflow ids (their directories may share a name), and a resumed run
+    finds its own workflows again."""
+    if not paths.fleet_run_id.is_file():
+        made = f"{paths.run_dir.name}-{secrets.token_hex(6)}"
+        write_atomic(paths.fleet_run_id, made.encode())
+    return paths.fleet_run_id.read_text().strip()
 
 
 def workflow_id(batch: Batch, run_id: str) -> str:
@@ -260,7 +272,7 @@ async def watch(
 
 
 async def dispatch(fleet: Fleet, run: OpenRun, console: Console) -> list[BatchOutcome]:
-    run_id = run.paths.run_dir.name
+    run_id = fleet_run_id(run.paths)
     client = await connect(fleet)
     activities = ControllerActivities(fleet, run)
     plans = batch_plans(fleet, run, run_id)

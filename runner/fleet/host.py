@@ -30,7 +30,7 @@ from temporalio.worker import Worker
 from runner.cells.cell import RunAborted
 from runner.core.canonical import file_digest
 from runner.core.errors import RunnerError
-from runner.core.files import write_atomic, write_model
+from runner.core.files import read_model, write_atomic, write_model
 from runner.fleet.client import connect
 from runner.fleet.messages import (
     CellHeartbeat,
@@ -88,6 +88,7 @@ class HostWorker:
         """The lab reset and audited; at the preflight also checked against the run's lock and
         tasks first (a lab frozen for another environment is refused, named)."""
         run = self._open(request.run_id, request.files, f"{request.batch}-{request.stage}")
+        write_model(self._kept_files(request.run_id), request.files)
         lab = self.load_lab()
         if request.stage == "preflight":
             lab.check(run)
@@ -104,7 +105,8 @@ class HostWorker:
         pending = request.pending
         cell = pending.cell
         attempt = len(pending.attempts) + 1
-        run = self._open(request.run_id, request.files, f"{cell.id}/attempt-{attempt}")
+        files = self._files_of(request)
+        run = self._open(request.run_id, files, f"{cell.id}/attempt-{attempt}")
         self._check_keys_for(run.lock)
         for record in pending.attempts:
             write_model(run.paths.attempt(cell.id, record.attempt), record)
@@ -129,6 +131,21 @@ class HostWorker:
             files=cell_files(run.paths, cell.id),
             host_stopped=stopped,
         )
+
+    def _kept_files(self, run_id: str) -> Path:
+        return self.staging_root / run_id / "run-files.json"
+
+    def _files_of(self, request: CellRequest) -> RunFiles:
+        """The run's files as this host's preflight for the run kept them, if they are the ones
+        the request names."""
+        kept = self._kept_files(request.run_id)
+        files = read_model(kept, RunFiles) if kept.is_file() else None
+        if files is None or files.sha256 != request.files_sha256:
+            raise RunnerError(
+                f"host {self.host.name} holds no run files {request.files_sha256} for run "
+                f"{request.run_id}: its preflight audit did not run here"
+            )
+        return files
 
     def _note_phase(self, phase: str) -> None:
         self._phase = phase

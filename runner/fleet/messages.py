@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.models import FrozenModel, Sha256
 from runner.records.ledger import AttemptRecord, LedgerLine, RetainedFile
 from runner.records.schedule import Cell
@@ -44,6 +45,10 @@ class RunFiles(FrozenModel):
     resolution_json: str | None
     schedule_json: str
 
+    @property
+    def sha256(self) -> str:
+        return sha256_digest(canonical_json(self))
+
 
 class PendingCell(FrozenModel):
     cell: Cell
@@ -58,7 +63,9 @@ class PendingCells(FrozenModel):
 
 
 class HostRequest(FrozenModel):
-    """What a host is asked to do for a batch (a preflight or a final audit of its lab)."""
+    """What a host is asked to do for a batch (a preflight or a final audit of its lab). The
+    host keeps the run's files from it: a cell request names them by their sha256 only, so the
+    history holds them once per batch and host, not once per cell."""
 
     run_id: str
     batch: str
@@ -69,7 +76,7 @@ class HostRequest(FrozenModel):
 class CellRequest(FrozenModel):
     run_id: str
     batch: str
-    files: RunFiles
+    files_sha256: Sha256 = Field(description="RunFiles.sha256 of the files its preflight kept")
     pending: PendingCell
 
 

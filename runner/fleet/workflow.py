@@ -148,7 +148,9 @@ class BatchWorkflow:
         and the attempt it held is recorded as interrupted before the batch moves on."""
         plan = self._plan
         dispatched = workflow.now()
-        request = CellRequest(run_id=plan.run_id, batch=plan.batch, files=files, pending=item)
+        request = CellRequest(
+            run_id=plan.run_id, batch=plan.batch, files_sha256=files.sha256, pending=item
+        )
         deadline = timedelta(seconds=plan.cell_deadline_seconds) + CELL_MARGIN
         try:
             result: CellResult = await workflow.execute_activity(

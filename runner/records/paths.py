@@ -114,6 +114,11 @@ class RunPaths:
         return self.run_dir / "fleet"
 
     @property
+    def fleet_run_id(self) -> Path:
+        """The run's id in Temporal, made when a fleet first executes it."""
+        return self.fleet_dir / "run-id"
+
+    @property
     def controller_lock(self) -> Path:
         """Held (flock) by the one controller of a fleet run: the ledger has one writer."""
         return self.fleet_dir / "controller.lock"
