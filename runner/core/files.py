@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import TypeVar
 
@@ -39,5 +40,20 @@ def read_model(path: Path, model_type: type[ModelT]) -> ModelT:
         return model_type.model_validate_json(path.read_bytes())
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
+    except ValidationError as error:
+        raise InputError(describe_validation_error(path, error)) from None
+
+
+def read_toml_model(path: Path, model_type: type[ModelT], kind: str) -> ModelT:
+    """Read and validate a TOML file of ``kind`` (a lock, a fleet file); every problem becomes
+    one ``InputError`` line."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such {kind} file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise InputError(f"{path}: not valid TOML: {error}") from None
+    try:
+        return model_type.model_validate(data)
     except ValidationError as error:
         raise InputError(describe_validation_error(path, error)) from None

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from runner.core.errors import RunnerError
+from runner.core.processes import stop_process
 
 START_SECONDS = 60.0
 
@@ -70,9 +71,4 @@ def dev_server(port: int, store: Path, log: Path) -> Iterator[str]:
         wait_for_port(port, process, START_SECONDS)
         yield f"127.0.0.1:{port}"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, 30)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.core.errors import RunnerError
+from runner.core.processes import stop_process
 from runner.lab.transport import GuestTransport
 
 _EXPORT_WAIT_SECONDS = 30.0
@@ -230,12 +231,7 @@ def _exported(export: Path, layer: Path) -> Iterator[None]:
         _wait_for_export(daemon, export)
         yield
     finally:
-        daemon.terminate()
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
+        stop_process(daemon, 30)
         if daemon.stderr:
             daemon.stderr.close()
 

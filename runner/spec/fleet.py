@@ -14,13 +14,13 @@ One host is one lab and one worker: a host's cells run one at a time on its lab.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
-from runner.core.errors import InputError, describe_validation_error
+from runner.core.errors import InputError
+from runner.core.files import read_toml_model
 from runner.core.models import FrozenModel, Slug
 
 QUEUE_PREFIX = "frozen-bench"
@@ -68,13 +68,4 @@ class Fleet(FrozenModel):
 
 def load_fleet(path: Path) -> Fleet:
     """Read and validate a fleet file; every problem becomes one ``InputError`` line."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such fleet file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: not valid TOML: {error}") from None
-    try:
-        return Fleet.model_validate(data)
-    except ValidationError as error:
-        raise InputError(describe_validation_error(path, error)) from None
+    return read_toml_model(path, Fleet, "fleet")

@@ -10,7 +10,6 @@ of the lock's canonical JSON.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -19,13 +18,13 @@ from pydantic import (
     AfterValidator,
     Field,
     PrivateAttr,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from runner.core.canonical import canonical_json, sha256_digest
-from runner.core.errors import InputError, RunnerError, describe_validation_error
+from runner.core.errors import RunnerError
+from runner.core.files import read_toml_model
 from runner.core.models import SHA256_PATTERN, FailureClass, FrozenModel, Slug
 
 SCHEMA_VERSION: Literal[1] = 1
@@ -475,13 +474,4 @@ def _reject_duplicates(values: tuple[str, ...]) -> None:
 
 def load_lock(path: Path) -> Lock:
     """Read and validate a lock; every problem becomes one ``InputError`` line."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such lock file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: not valid TOML: {error}") from None
-    try:
-        return Lock.model_validate(data)
-    except ValidationError as error:
-        raise InputError(describe_validation_error(path, error)) from None
+    return read_toml_model(path, Lock, "lock")

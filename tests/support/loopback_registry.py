@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.core.processes import stop_process
+
 _START_SECONDS = 15
 _SERVE_SECONDS = 600  # the registry ends by itself should a test session die without a cleanup
 
@@ -67,12 +69,7 @@ def loopback_registry(work: Path) -> Iterator[LoopbackRegistry]:
         _wait_until_it_answers(port, process)
         yield LoopbackRegistry(f"127.0.0.1:{port}")
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, 10)
         log.close()
 
 
