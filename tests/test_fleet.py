@@ -180,6 +180,23 @@ def test_a_killed_host_s_batch_finishes_on_the_other_and_counts_every_cell_once(
     assert paths.ledger.read_bytes() == ledger_bytes
 
 
+def test_a_controller_killed_mid_run_is_replaced_by_one_that_attaches(tmp_path: Path, hosts: Hosts):
+    hosts.start("a")
+    hosts.start("b")
+    run_dir = tmp_path / "run"
+    first = controller(hosts, run_dir, str(LOCK))
+    hosts.wait_for_mark("a-1")
+    first.send_signal(signal.SIGKILL)
+    first.communicate()
+    code, said = finished(controller(hosts, run_dir))  # the workflows waited for their ledger
+    assert code == 0, said
+    paths = RunPaths(run_dir)
+    lines = Ledger(paths).lines()
+    assert len(lines) == 4 and all(line.attempt == 1 for line in lines)
+    assert {line.host for line in lines} == {"a", "b"}
+    assert json.loads(paths.receipt.read_text())["status"] == "completed"
+
+
 def test_a_host_frozen_for_another_environment_is_refused_by_name(tmp_path: Path, hosts: Hosts):
     hosts.start("a")
     hosts.start("b", "--fingerprint", "sha256:" + "1" * 64)
