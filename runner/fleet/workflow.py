@@ -134,7 +134,10 @@ class BatchWorkflow:
                 lost[host] = str(error)
         last = ran_on[-1] if ran_on else None
         if last is not None and last not in lost:
-            await self._audit(last, files, "final")
+            try:
+                await self._audit(last, files, "final")
+            except HostLost as error:  # no passing final audit: the receipt's is not "passed"
+                lost[last] = str(error)
         return BatchOutcome(
             batch=plan.batch,
             hosts=tuple(ran_on),

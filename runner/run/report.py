@@ -94,12 +94,16 @@ def leak_reasons(paths: RunPaths, shown: int = 5) -> tuple[str, ...]:
     return tuple(reasons)
 
 
-def verify_state(paths: RunPaths) -> EvidenceState:
-    """The final audit's verdict: the run's lab's, or in a fleet run every host's (each batch
-    audits the lab it ended on)."""
-    finals = [paths.final_verify] if paths.final_verify.exists() else paths.host_final_verifies
-    if not finals:
-        return "missing"
+def verify_state(paths: RunPaths, schedule: Schedule) -> EvidenceState:
+    """The final audit's verdict: the run's lab's, or in a fleet run each batch's (of the host
+    it ended on): "missing" while any batch has none."""
+    if paths.final_verify.exists():
+        finals = [paths.final_verify]
+    else:
+        finals = paths.host_final_verifies
+        audited = {path.stem.removeprefix("final-") for path in finals}
+        if not finals or any(batch.id not in audited for batch in schedule.batches):
+            return "missing"
     passed = all(read_model(path, VerifyReport).passed for path in finals)
     return "passed" if passed else "failed"
 
@@ -122,7 +126,7 @@ def load_run(paths: RunPaths, signed_by: str | None = None) -> Receipt:
         schedule,
         lines,
         scan_state(paths),
-        verify_state(paths),
+        verify_state(paths, schedule),
         aborted,
         records=proxy_records(paths, lines),
         evidence_reasons=((f"ledger chain broken: {broken}",) if broken else ())
