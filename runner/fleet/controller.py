@@ -119,8 +119,8 @@ class ControllerActivities:
         ]
 
     @activity.defn(name="read_run_files")
-    def read_run_files(self, run_dir: str) -> RunFiles:
-        paths = self._paths_for(run_dir)
+    def read_run_files(self) -> RunFiles:
+        paths = self.paths
         resolution = paths.resolution.read_text() if paths.resolution.is_file() else None
         return RunFiles(
             lock_toml=paths.lock.read_text(),
@@ -130,7 +130,7 @@ class ControllerActivities:
 
     @activity.defn(name="pending_cells")
     def pending_cells(self, plan: BatchPlan) -> PendingCells:
-        ledger = Ledger(self._paths_for(plan.run_dir))
+        ledger = Ledger(self.paths)
         batch = self.run.schedule.batch(plan.batch)
         cells = ledger.pending(batch.cells)
         return PendingCells(
@@ -172,16 +172,11 @@ class ControllerActivities:
             failure=failure,
             failure_class="cancelled",
         )
-        write_model(self._paths_for(lost.run_dir).attempt(lost.cell_id, lost.attempt), record)
+        write_model(self.paths.attempt(lost.cell_id, lost.attempt), record)
 
     @activity.defn(name="record_verify")
     def record_verify(self, verify: HostVerify) -> None:
         write_model(self.paths.host_verify(verify.host, verify.stage, verify.batch), verify.report)
-
-    def _paths_for(self, run_dir: str) -> RunPaths:
-        if Path(run_dir).resolve() != self.paths.run_dir.resolve():
-            raise RunnerError(f"{run_dir}: not this controller's run ({self.paths.run_dir})")
-        return self.paths
 
 
 def check_hosts(fleet: Fleet, run: OpenRun, identities: dict[str, HostIdentity | None]) -> None:
@@ -210,7 +205,6 @@ def batch_plans(fleet: Fleet, run: OpenRun, run_id: str) -> list[BatchPlan]:
     return [
         BatchPlan(
             run_id=run_id,
-            run_dir=str(run.paths.run_dir.resolve()),
             batch=batch.id,
             lock_fingerprint=batch.lock_fingerprint,
             hosts=tuple(names[index % len(names) :] + names[: index % len(names)]),

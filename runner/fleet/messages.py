@@ -26,7 +26,6 @@ class BatchPlan(FrozenModel):
     """One batch's workflow input: which run, which batch, which hosts in which order."""
 
     run_id: str
-    run_dir: str = Field(description="the controller's run directory (its activities only)")
     batch: str
     lock_fingerprint: str = Field(description="the batch's (the lock narrowed to its model)")
     hosts: tuple[str, ...] = Field(min_length=1, description="in the order the batch tries them")
@@ -119,7 +118,6 @@ class LostAttempt(FrozenModel):
     """An attempt its host never reported: the host's worker stopped heartbeating (killed, its
     machine gone) or never picked the cell up. Kept as interrupted evidence."""
 
-    run_dir: str
     cell_id: str
     attempt: int = Field(ge=1)
     host: str

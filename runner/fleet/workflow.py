@@ -98,7 +98,7 @@ class BatchWorkflow:
     @workflow.run
     async def run(self, plan: BatchPlan) -> BatchOutcome:
         self._plan = plan
-        files = await self._controller("read_run_files", plan.run_dir, RunFiles)
+        files = await self._controller("read_run_files", None, RunFiles)
         lost: dict[str, str] = {}
         ran_on: list[str] = []
         audited: set[str] = set()
@@ -170,7 +170,6 @@ class BatchWorkflow:
         except ActivityError as error:
             why = _why(error)
             lost = LostAttempt(
-                run_dir=plan.run_dir,
                 cell_id=item.cell.id,
                 attempt=len(item.attempts) + 1,
                 host=host,
@@ -205,9 +204,10 @@ class BatchWorkflow:
             raise HostLost(f"{stage} audit: the guest drifted from its freeze")
 
     async def _controller(self, activity: str, argument: Any, result_type: Any = None) -> Any:
+        """An activity on the run's own controller queue (``argument`` None: it takes none)."""
         return await workflow.execute_activity(
             activity,
-            argument,
+            *(() if argument is None else (argument,)),
             task_queue=self._plan.controller_queue,
             start_to_close_timeout=CONTROLLER_TIMEOUT,
             retry_policy=CONTROLLER_RETRIES,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 import traceback
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -242,9 +242,7 @@ def audit_guest(lab: Lab, evidence: Path) -> VerifyReport:
     return report
 
 
-def take_provider_keys(
-    lock: Lock, environment: MutableMapping[str, str] = os.environ
-) -> dict[str, str]:
+def take_provider_keys(lock: Lock) -> dict[str, str]:
     """The models' real keys, taken out of this process's environment into the proxy's hands: no
     child process (Ansible, SSH, pyinfra) inherits one, and no evidence that records its
     environment (ansible-runner's artifacts do) can hold one. The scripted provider needs no
@@ -252,7 +250,7 @@ def take_provider_keys(
     scan has a real key to look for."""
     keys: dict[str, str] = {}
     for model in lock.models:
-        key = environment.pop(model.key_env, None) or keys.get(model.key_env)
+        key = os.environ.pop(model.key_env, None) or keys.get(model.key_env)
         if key is None and model.is_scripted:
             key = secrets.token_urlsafe(32)
         if not key:
