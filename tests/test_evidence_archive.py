@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import socket
 import subprocess
 import tarfile
 from collections.abc import Callable, Iterator
@@ -95,7 +96,7 @@ def repacked(archive: Path, tmp_path: Path, edit: Callable[[RunPaths], None]) ->
 
 def broken(archive: Path) -> str:
     with pytest.raises(ArchiveBroken) as raised:
-        check_archive(archive)
+        check_archive(archive, None)
     return str(raised.value)
 
 
@@ -112,11 +113,12 @@ def edit_line(paths: RunPaths, number: int, **changes: object) -> None:
 
 
 def test_the_untouched_archive_passes(archive: Path, finished_run: Path) -> None:
-    verdict = check_archive(archive)
+    verdict = check_archive(archive, None)
     assert (verdict.cells, verdict.status, verdict.chain.state) == (4, "completed", "intact")
-    assert verdict.signed_by == RunPaths(finished_run).receipt_public_key.read_text().strip()
+    published_line = RunPaths(finished_run).receipt_public_key.read_text().strip()
+    assert verdict.signed_by.line == " ".join(published_line.split()[:2])
     published = finished_run.parent / "published.pub"  # the reviewer's copy, its own comment
-    key_type, key, _comment = RunPaths(finished_run).receipt_public_key.read_text().split()
+    key_type, key = RunPaths(finished_run).receipt_public_key.read_text().split()[:2]
     published.write_text(f"{key_type} {key} operator@lab\n")
     done = runner_cli("check-archive", str(archive), "--key", str(published))
     assert done.returncode == 0, done.stdout + done.stderr
@@ -149,7 +151,7 @@ def test_large_files_are_kept_by_digest_only(finished_run: Path, tmp_path: Path)
     assert not left & {"receipt.json", "cells.jsonl", "report.md", "verify/final.json"}
     with tarfile.open(out) as tar:
         assert "run/report.png" not in tar.getnames()
-    verdict = check_archive(out)
+    verdict = check_archive(out, None)
     assert (verdict.digest_only, verdict.not_rejudged) == (len(left), 4)
 
 
@@ -189,7 +191,7 @@ def test_an_interrupted_attempt_is_kept_apart(finished_run: Path, tmp_path: Path
         attempt_record(paths, 1).write_text(json.dumps(interrupted))
         rewritten(paths, {"attempt": 2})
 
-    assert check_archive(rearchived(finished_run, tmp_path, resumed)).chain.state == "intact"
+    assert check_archive(rearchived(finished_run, tmp_path, resumed), None).chain.state == "intact"
 
 
 def test_an_attempt_record_contradicting_the_ledger_is_named(
@@ -274,8 +276,9 @@ def test_a_planted_bearer_is_found_and_named(archive: Path, tmp_path: Path) -> N
     message = broken(forged)
     assert message.startswith("credential scan: a bearer-shaped string in")
     assert "/trial-1/harbor.log" in message and BEARER_SHAPED not in message
-    done = runner_cli("check-archive", str(forged))
-    assert done.returncode == 1 and done.stdout.startswith("archive BROKEN: credential scan")
+    done = runner_cli("check-archive", str(forged), "--trust-signer-in-archive")
+    assert done.returncode == 1
+    assert done.stdout.splitlines()[1].startswith("archive BROKEN: credential scan")
 
 
 def test_an_archive_holding_a_bearer_is_refused(finished_run: Path, tmp_path: Path) -> None:
@@ -318,7 +321,7 @@ def test_a_ledger_from_before_the_chain_is_reported_unchained(
         assert write_report(paths.run_dir).ledger_chain.state == "unchained"  # type: ignore[union-attr]
         assert "| ledger chain | unchained (4 lines) |" in paths.report_md.read_text()
 
-    verdict = check_archive(rearchived(finished_run, tmp_path, unchain))
+    verdict = check_archive(rearchived(finished_run, tmp_path, unchain), None)
     assert (verdict.chain.state, verdict.status) == ("unchained", "completed")
 
 
@@ -336,7 +339,8 @@ def test_a_pinned_key_must_be_the_signers(archive: Path, tmp_path: Path) -> None
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
     done = runner_cli("check-archive", str(archive), "--key", f"{other}.pub")
     assert done.returncode == 1
-    assert done.stdout == "archive BROKEN: receipt-key.pub: not the key given with --key\n"
+    assert done.stdout.startswith("archive BROKEN: receipt-key.pub: SHA256:")
+    assert "is not the key given with --key (SHA256:" in done.stdout
 
 
 def test_a_member_that_is_no_plain_file_is_a_broken_link(archive: Path, tmp_path: Path) -> None:
@@ -390,5 +394,98 @@ def test_a_run_with_a_retried_attempt_archives_and_checks(
     execute(options, Console(file=io.StringIO()), FakeLab(flaky_setup_guest(tmp_path)))
     manifest = write_archive(tmp_path / "run", tmp_path / "run.tar.gz")
     assert any(entry.path.endswith("/attempt-1/line.json") for entry in manifest.files)
-    verdict = check_archive(tmp_path / "run.tar.gz")
+    verdict = check_archive(tmp_path / "run.tar.gz", None)
     assert (verdict.cells, verdict.status, verdict.chain.state) == (4, "completed", "intact")
+
+
+def forger_key(tmp_path: Path) -> Path:
+    key = tmp_path / "forger_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    return key
+
+
+def signed_by_forger(key: Path, data: bytes) -> bytes:
+    signing = ["ssh-keygen", "-Y", "sign", "-q", "-f", str(key), "-n", "frozen-bench-receipt"]
+    return subprocess.run(signing, input=data, capture_output=True, check=True).stdout
+
+
+def test_a_key_file_of_two_keys_cannot_pass_the_pin(
+    archive: Path, finished_run: Path, tmp_path: Path
+) -> None:
+    """The published key first, the forger's second, everything signed by the forger alone:
+    the pin compares one key, so the file is refused, not searched for a key that verifies."""
+    forger = forger_key(tmp_path)
+    operator = RunPaths(finished_run).receipt_public_key.read_text().strip()
+    both = f"{operator}\n{Path(f'{forger}.pub').read_text().strip()}"
+
+    def forge(paths: RunPaths) -> None:
+        paths.receipt_public_key.write_text(both + "\n")
+        manifest = json.loads((paths.run_dir / "archive-manifest.json").read_text())
+        manifest["signed_by"] = both
+        (paths.run_dir / "archive-manifest.json").write_text(json.dumps(manifest))
+        for data, signature in (
+            ("archive-manifest.json", "archive-manifest.sig"),
+            ("receipt.json", "receipt.sig"),
+        ):
+            signed = signed_by_forger(forger, (paths.run_dir / data).read_bytes())
+            (paths.run_dir / signature).write_bytes(signed)
+
+    published = tmp_path / "operator.pub"
+    published.write_text(operator + "\n")
+    done = runner_cli(
+        "check-archive", str(repacked(archive, tmp_path, forge)), "--key", str(published)
+    )
+    assert done.returncode == 1
+    assert done.stdout == (
+        "archive BROKEN: receipt-key.pub: must be exactly one public key line, found 2\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "ssh-ed25519\n", "ssh-ed25519 AAAA\n", "not-a-type AAAAC3NzaC1lZDI1NTE5AAAA\n", "two"],
+    ids=["empty", "type-only", "bad-body", "bad-type", "one-token"],
+)
+def test_a_pin_that_is_not_one_key_is_refused(archive: Path, tmp_path: Path, text: str) -> None:
+    pin = tmp_path / "pin.pub"
+    pin.write_text(text)
+    done = runner_cli("check-archive", str(archive), "--key", str(pin))
+    assert done.returncode == 2 and "archive intact" not in done.stdout
+    assert f"--key {pin}: " in done.stderr
+
+
+def test_a_pin_file_of_two_keys_is_refused(
+    archive: Path, finished_run: Path, tmp_path: Path
+) -> None:
+    operator = RunPaths(finished_run).receipt_public_key.read_text().strip()
+    pin = tmp_path / "pin.pub"
+    pin.write_text(f"{Path(f'{forger_key(tmp_path)}.pub').read_text()}{operator}\n")
+    done = runner_cli("check-archive", str(archive), "--key", str(pin))
+    assert done.returncode == 2 and "must be exactly one public key line, found 2" in done.stderr
+
+
+def test_without_a_pin_the_check_refuses_unless_told_to_trust_the_archive(
+    archive: Path, finished_run: Path
+) -> None:
+    refused = runner_cli("check-archive", str(archive))
+    assert refused.returncode == 2 and "the signer is unpinned" in refused.stderr
+    assert "archive intact" not in refused.stdout
+    trusted = runner_cli("check-archive", str(archive), "--trust-signer-in-archive")
+    assert trusted.returncode == 0, trusted.stdout + trusted.stderr
+    first, verdict = trusted.stdout.splitlines()
+    assert first.startswith("signer UNPINNED")
+    assert verdict.startswith("archive intact") and verdict.endswith("signer UNPINNED")
+
+
+def test_the_operator_key_names_its_host_and_fingerprint(finished_run: Path) -> None:
+    """Two operators' keys never print alike: the comment says where the key was made, and the
+    report and the verdict print its fingerprint."""
+    line = RunPaths(finished_run).receipt_public_key.read_text().strip()
+    fingerprint = subprocess.run(
+        ["ssh-keygen", "-lf", "-"], input=line, text=True, capture_output=True, check=True
+    ).stdout.split()[1]
+    assert "lab-operator" not in line
+    assert f"host {socket.gethostname()}, " in line and line.endswith(fingerprint)
+    assert (
+        f"| signer fingerprint | `{fingerprint}` |" in RunPaths(finished_run).report_md.read_text()
+    )

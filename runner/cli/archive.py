@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from runner.run.archive import DEFAULT_SIZE_LIMIT, write_archive
+from runner.run.signing import fingerprint_of
 
 
 @click.command("archive")
@@ -31,4 +32,4 @@ def archive_command(run_dir: Path, out: Path | None, size_limit: int) -> None:
     click.echo(f"wrote {target}: {len(manifest.files)} files, {target.stat().st_size} bytes")
     for path in digest_only:
         click.echo(f"  kept by digest only (over {size_limit} bytes): {path}")
-    click.echo(f"signed by {manifest.signed_by}")
+    click.echo(f"signed by {fingerprint_of(manifest.signed_by)} ({manifest.signed_by})")

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import click
 
+from runner.core.errors import InputError
 from runner.run.check_archive import ArchiveBroken, check_archive
+from runner.run.signing import PublicKey
 
 
 @click.command("check-archive")
@@ -18,13 +20,37 @@ from runner.run.check_archive import ArchiveBroken, check_archive
     "--key",
     "key_file",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    help="the operator's public key as published; without it, the archive's own is trusted",
+    help="the operator's public key as published: one line, the only key the signatures may "
+    "verify with",
 )
-def check_archive_command(archive: Path, key_file: Path | None) -> None:
+@click.option(
+    "--trust-signer-in-archive",
+    is_flag=True,
+    help="without --key: accept whatever key the archive carries (any forger's key passes; "
+    "the verdict says UNPINNED)",
+)
+def check_archive_command(
+    archive: Path, key_file: Path | None, trust_signer_in_archive: bool
+) -> None:
     """Check the signatures, the ledger's chain, every digest, every outcome against its trial,
     the credential scan, and that the receipt and report recompute from the run's files."""
+    if key_file is None and not trust_signer_in_archive:
+        raise click.UsageError(
+            "the signer is unpinned: give --key OPERATOR.pub (the key as published), or "
+            "--trust-signer-in-archive to accept the archive's own key"
+        )
+    if key_file is None:
+        click.echo("signer UNPINNED: the archive's own key is trusted (--trust-signer-in-archive)")
     try:
-        verdict = check_archive(archive, key_file.read_text() if key_file else None)
+        pinned = (
+            None if key_file is None else PublicKey.parse(key_file.read_text(), f"--key {key_file}")
+        )
+    except InputError as error:
+        raise click.UsageError(str(error)) from None
+    except UnicodeDecodeError:
+        raise click.UsageError(f"--key {key_file}: not a text file") from None
+    try:
+        verdict = check_archive(archive, pinned)
     except ArchiveBroken as broken:
         click.echo(f"archive BROKEN: {broken}")
         sys.exit(broken.exit_code)

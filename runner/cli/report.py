@@ -8,6 +8,7 @@ import click
 
 from runner.records.paths import RunPaths
 from runner.run.report import write_report
+from runner.run.signing import fingerprint_of
 
 
 @click.command("report")
@@ -22,4 +23,5 @@ def report_command(run_dir: Path) -> None:
     written = (paths.receipt, paths.receipt_signature, paths.report_md, paths.report_png)
     for path in (*written, paths.report_html):
         click.echo(f"wrote {path}")
-    click.echo(f"receipt signed by {receipt.signed_by} ({paths.receipt_public_key})")
+    signer = receipt.signed_by or ""
+    click.echo(f"receipt signed by {fingerprint_of(signer)} ({paths.receipt_public_key})")

@@ -45,7 +45,7 @@ from runner.run.archive import (
 )
 from runner.run.receipt import Receipt, Status
 from runner.run.report import load_run, markdown, report_blocks
-from runner.run.signing import verify
+from runner.run.signing import PublicKey, verify
 
 # What the cell runner may have overruled, by what the trial says (runner/cells/cell.py).
 _OVERRULED: dict[Outcome, tuple[OverruledBy, ...]] = {
@@ -65,9 +65,10 @@ class Verdict:
     cells: int
     status: Status
     chain: LedgerChain
-    signed_by: str
+    signed_by: PublicKey
     digest_only: int
     not_rejudged: int = 0  # cells whose trial has a file kept by digest only
+    pinned: bool = True  # False: the signer is the archive's own key, trusted as asked
 
     @property
     def line(self) -> str:
@@ -76,11 +77,12 @@ class Verdict:
             f"ledger chain {self.chain.state} (head {self.chain.head}), "
             f"{self.digest_only} files kept by digest only"
             + (f" ({self.not_rejudged} outcomes not re-judged)" if self.not_rejudged else "")
-            + f", signed by {self.signed_by}"
+            + f", signed by {self.signed_by.fingerprint} ({self.signed_by.comment or 'no comment'})"
+            + ("" if self.pinned else ", signer UNPINNED")
         )
 
 
-def check_archive(archive: Path, pinned_key: str | None = None) -> Verdict:
+def check_archive(archive: Path, pinned_key: PublicKey | None) -> Verdict:
     """Every link above, or ``ArchiveBroken`` naming the first that does not hold (a member
     that is no plain file or a malformed record is a broken link too)."""
     try:
@@ -89,7 +91,7 @@ def check_archive(archive: Path, pinned_key: str | None = None) -> Verdict:
         raise ArchiveBroken(str(error)) from None
 
 
-def _checked(archive: Path, pinned_key: str | None) -> Verdict:
+def _checked(archive: Path, pinned_key: PublicKey | None) -> Verdict:
     with tempfile.TemporaryDirectory(prefix="frozen-bench-check-") as scratch:
         tree = Path(scratch)
         paths = RunPaths(tree / unpack(archive, tree))
@@ -105,13 +107,14 @@ def _checked(archive: Path, pinned_key: str | None) -> Verdict:
         judged = [line for line in lines if whole_trial(line, manifest)]
         for line in judged:
             check_outcome(paths, line)
-        check_recomputed(paths, receipt, public_key)
+        check_recomputed(paths, receipt, manifest.signed_by)
         return Verdict(
             run=manifest.run,
             cells=len(lines),
             status=receipt.status,
             chain=chain,
             signed_by=public_key,
+            pinned=pinned_key is not None,
             digest_only=sum(not entry.kept for entry in manifest.files),
             not_rejudged=len(lines) - len(judged),
         )
@@ -124,16 +127,23 @@ def check_scan(archive: Path, tree: Path) -> None:
         raise ArchiveBroken(f"credential scan: a {leaks[0].kind}-shaped string in {where}")
 
 
-def check_signatures(paths: RunPaths, manifest: ArchiveManifest, pinned_key: str | None) -> str:
-    """The operator's public key, once both signatures verify with it."""
+def check_signatures(
+    paths: RunPaths, manifest: ArchiveManifest, pinned_key: PublicKey | None
+) -> PublicKey:
+    """The operator's public key, once both signatures verify with it and with it alone (the
+    archive's key file must be one key; with ``pinned_key`` it must be that key)."""
     for required in (paths.receipt_public_key, paths.receipt_signature, paths.receipt):
         if not required.is_file():
             raise ArchiveBroken(f"{required.name}: missing from the archive")
-    public_key = paths.receipt_public_key.read_text().strip()
-    if pinned_key is not None and _key_body(pinned_key) != _key_body(public_key):
-        raise ArchiveBroken(f"{paths.receipt_public_key.name}: not the key given with --key")
-    if manifest.signed_by != public_key:
-        raise ArchiveBroken(f"{MANIFEST}: signed_by is not {paths.receipt_public_key.name}")
+    name = paths.receipt_public_key.name
+    public_key = PublicKey.parse(paths.receipt_public_key.read_text(errors="replace"), name)
+    if pinned_key is not None and not pinned_key.same_key(public_key):
+        raise ArchiveBroken(
+            f"{name}: {public_key.fingerprint} is not the key given with --key "
+            f"({pinned_key.fingerprint})"
+        )
+    if not PublicKey.parse(manifest.signed_by, f"{MANIFEST} signed_by").same_key(public_key):
+        raise ArchiveBroken(f"{MANIFEST}: signed_by is not {name}")
     signed = {
         MANIFEST_SIGNATURE: paths.run_dir / MANIFEST,
         paths.receipt_signature.name: paths.receipt,
@@ -147,11 +157,6 @@ def check_signatures(paths: RunPaths, manifest: ArchiveManifest, pinned_key: str
                 f"{signature}: not the operator's signature of {data.name} ({problem})"
             )
     return public_key
-
-
-def _key_body(public_key: str) -> str:
-    """An OpenSSH public key without its comment: the type and the key itself."""
-    return " ".join(public_key.split()[:2])
 
 
 def check_members(paths: RunPaths, manifest: ArchiveManifest) -> None:

@@ -52,7 +52,7 @@ from runner.run.receipt import (
 )
 from runner.run.report_plots import save as save_png
 from runner.run.requests import Figure, HarnessRequests
-from runner.run.signing import OperatorKey
+from runner.run.signing import OperatorKey, fingerprint_of
 from runner.run.stats import Estimate, Interval, Methods, Proportion
 from runner.spec.lock import load_lock
 from runner.spec.tasks import TaskDerivation
@@ -574,6 +574,8 @@ def _evidence_rows(receipt: Receipt) -> list[tuple[str, str]]:
         rows += [(name.replace("_", " "), Code(value or "none")) for name, value in found.items()]
         rows += [(f"task {t} derived tree", Code(d)) for t, d in frozen.derived_task_trees.items()]
     rows.append(("receipt signed by", Code(receipt.signed_by or "not signed")))
+    if receipt.signed_by:
+        rows.append(("signer fingerprint", Code(fingerprint_of(receipt.signed_by))))
     return rows
 
 
