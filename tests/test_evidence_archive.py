@@ -9,6 +9,7 @@ ledger's chain, the trial evidence and the recomputed receipt must still catch t
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import shutil
@@ -489,3 +490,37 @@ def test_the_operator_key_names_its_host_and_fingerprint(finished_run: Path) -> 
     assert (
         f"| signer fingerprint | `{fingerprint}` |" in RunPaths(finished_run).report_md.read_text()
     )
+
+
+def truncated_gzip(data: bytes) -> bytes:
+    whole = gzip.compress(data, mtime=0)
+    return whole[: len(whole) - 12]  # the stream's end and its trailer cut off
+
+
+def gzip_with_trailing_junk(data: bytes) -> bytes:
+    return gzip.compress(data, mtime=0) + b"J"  # not a zero: gzip allows zero padding
+
+
+@pytest.mark.parametrize(
+    "damaged", [truncated_gzip, gzip_with_trailing_junk], ids=["truncated", "trailing-junk"]
+)
+def test_a_compressed_file_the_scan_cannot_read_to_its_end_is_a_finding(
+    archive: Path, finished_run: Path, tmp_path: Path, damaged: Callable[[bytes], bytes]
+) -> None:
+    """What the scan could not read may hold a bearer (zcat shows it): archiving it is refused,
+    and an archive carrying it is broken, the file named."""
+    padding = bytes(range(256)) * 512  # incompressible, so the bearer sits past the cut
+    payload = damaged(padding + f"Authorization: Bearer {BEARER_SHAPED}\n".encode())
+    copy = copy_of(finished_run, tmp_path)
+    next(RunPaths(copy).trials_dir.glob("*/trial-1")).joinpath("agent.log.gz").write_bytes(payload)
+    out = tmp_path / "refused.tar.gz"
+    done = runner_cli("archive", str(copy), "--out", str(out))
+    assert done.returncode == 1 and not out.exists()
+    assert "archive refused: the credential scan found " in done.stderr
+    assert "/trial-1/agent.log.gz cannot be read to its end" in done.stderr
+
+    def plant(paths: RunPaths) -> None:
+        next(paths.trials_dir.glob("*/trial-1")).joinpath("agent.log.gz").write_bytes(payload)
+
+    message = broken(repacked(archive, tmp_path, plant))
+    assert message.startswith("credential scan: ") and "agent.log.gz cannot be read" in message

@@ -31,7 +31,7 @@ from runner.core.errors import InputError, RunnerError
 from runner.core.files import read_model
 from runner.core.models import FrozenModel, Sha256
 from runner.records.paths import RunPaths
-from runner.run.scan import Leak, scan
+from runner.run.scan import scan
 from runner.run.signing import OperatorKey
 
 MANIFEST = "archive-manifest.json"
@@ -158,11 +158,23 @@ def unpack(archive: Path, into: Path) -> str:
     return tops.pop()
 
 
-def archive_leaks(archive: Path, tree: Path) -> tuple[Leak, ...]:
+def archive_finding(archive: Path, tree: Path) -> str | None:
     """The credential scan over the archive's bytes and over its members unpacked under
-    ``tree``: no real key or bearer is known here, so what it finds is the bearer shape."""
-    members = scan([tree], {}, base=tree).leaks  # first: they name the member
-    return members + scan([archive], {}, base=archive.parent).leaks
+    ``tree``: no real key or bearer is known here, so what it finds is the bearer shape. A file
+    the scan cannot read to its end (a truncated or corrupt compressed member) is a finding too:
+    what it could not read may hold a bearer. None when there is neither; else the first of
+    them, said in a line (the members first: they name the file)."""
+    reports = (scan([tree], {}, base=tree), scan([archive], {}, base=archive.parent))
+    leaks = [leak for report in reports for leak in report.leaks]
+    failures = [failure for report in reports for failure in report.failures]
+    more = len(leaks) + len(failures) - 1
+    tail = f" ({more} more)" if more > 0 else ""
+    if leaks:
+        where = leaks[0].file + (f" (inside {leaks[0].inside})" if leaks[0].inside else "")
+        return f"a {leaks[0].kind}-shaped string in {where}{tail}"
+    if failures:
+        return f"{failures[0].file} cannot be read to its end ({failures[0].error}){tail}"
+    return None
 
 
 def read_manifest(tree: Path) -> ArchiveManifest:
@@ -192,12 +204,8 @@ def write_archive(
         with staged.open("wb") as handle:
             write_tarball(handle, paths, manifest, signature)
         unpack(staged, Path(scratch, "tree"))
-        leaks = archive_leaks(staged, Path(scratch, "tree"))
-        if leaks:
-            first = leaks[0]
-            raise RunnerError(
-                f"archive refused: the credential scan found a {first.kind} in {first.file}"
-                + (f" ({len(leaks) - 1} more)" if len(leaks) > 1 else "")
-            )
+        finding = archive_finding(staged, Path(scratch, "tree"))
+        if finding is not None:
+            raise RunnerError(f"archive refused: the credential scan found {finding}")
         os.replace(staged, out)
     return manifest

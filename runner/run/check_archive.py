@@ -39,7 +39,7 @@ from runner.run.archive import (
     MANIFEST,
     MANIFEST_SIGNATURE,
     ArchiveManifest,
-    archive_leaks,
+    archive_finding,
     read_manifest,
     unpack,
 )
@@ -121,10 +121,9 @@ def _checked(archive: Path, pinned_key: PublicKey | None) -> Verdict:
 
 
 def check_scan(archive: Path, tree: Path) -> None:
-    leaks = archive_leaks(archive, tree)
-    if leaks:
-        where = leaks[0].file + (f" (inside {leaks[0].inside})" if leaks[0].inside else "")
-        raise ArchiveBroken(f"credential scan: a {leaks[0].kind}-shaped string in {where}")
+    finding = archive_finding(archive, tree)
+    if finding is not None:
+        raise ArchiveBroken(f"credential scan: {finding}")
 
 
 def check_signatures(
