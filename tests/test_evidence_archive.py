@@ -28,9 +28,10 @@ from runner.core.roots import CACHE_ENV, REPO_ROOT
 from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
 from runner.run.archive import DEFAULT_SIZE_LIMIT, read_manifest, unpack, write_archive
-from runner.run.check_archive import ArchiveBroken, check_archive
+from runner.run.check_archive import ArchiveBroken, check_archive, check_signatures
 from runner.run.execute import ExecuteOptions, execute
 from runner.run.report import write_report
+from runner.run.signing import PublicKey
 from tests.support.fake_lab import FakeLab
 from tests.support.fake_transport import FakeTransport, trial_tree
 from tests.test_failure_class import flaky_setup_guest
@@ -243,13 +244,28 @@ def test_a_swapped_trial_file_is_named(finished_run: Path, tmp_path: Path) -> No
 
 
 def test_a_member_edited_in_the_tarball_is_not_the_manifests(archive: Path, tmp_path: Path) -> None:
-    forged = repacked(archive, tmp_path, lambda p: edit_line(p, 1, outcome="pass"))
+    def forge(paths: RunPaths) -> None:  # same size: it passes the unpacking's size check
+        lines = raw_lines(paths)
+        lines[0] = lines[0].replace('"outcome":"fail"', '"outcome":"pass"')
+        paths.ledger.write_text("".join(lines))
+
+    forged = repacked(archive, tmp_path, forge)
     assert broken(forged) == "cells.jsonl: not the sha256 the manifest records"
+
+
+def test_a_member_over_its_manifest_size_is_refused_before_unpacking(
+    archive: Path, tmp_path: Path
+) -> None:
+    forged = repacked(archive, tmp_path, lambda p: edit_line(p, 1, outcome="pass"))
+    message = broken(forged)
+    assert message.endswith("the manifest says 6410 B") or "member 'run/cells.jsonl' is " in message
+    assert not (tmp_path / "check").exists()
 
 
 def test_an_altered_receipt_fails_its_signature(archive: Path, tmp_path: Path) -> None:
     def alter(paths: RunPaths) -> None:
-        paths.receipt.write_text(paths.receipt.read_text().replace("completed", "failed_closed"))
+        # the same size, so the unpacking's size check lets it through to the signature
+        paths.receipt.write_text(paths.receipt.read_text().replace("completed", "COMPLETED"))
 
     message = broken(repacked(archive, tmp_path, alter))
     assert message.startswith("receipt.sig: not the operator's signature of receipt.json")
@@ -270,13 +286,14 @@ def test_a_replaced_signature_fails(archive: Path, tmp_path: Path) -> None:
 
 def test_a_planted_bearer_is_found_and_named(archive: Path, tmp_path: Path) -> None:
     def plant(paths: RunPaths) -> None:
-        log = next(paths.trials_dir.glob("*/trial-1/harbor.log"))
-        log.write_text(f"Authorization: Bearer {BEARER_SHAPED}\n")
+        result = next(paths.trials_dir.glob("*/trial-1/result.json"))
+        assert result.stat().st_size == len(BEARER_SHAPED)  # the same size: unpacked, scanned
+        result.write_text(BEARER_SHAPED)
 
     forged = repacked(archive, tmp_path, plant)
     message = broken(forged)
     assert message.startswith("credential scan: a bearer-shaped string in")
-    assert "/trial-1/harbor.log" in message and BEARER_SHAPED not in message
+    assert "/trial-1/result.json" in message and BEARER_SHAPED not in message
     done = runner_cli("check-archive", str(forged), "--trust-signer-in-archive")
     assert done.returncode == 1
     assert done.stdout.splitlines()[1].startswith("archive BROKEN: credential scan")
@@ -362,7 +379,7 @@ def test_a_member_outside_the_run_is_a_broken_link(archive: Path, tmp_path: Path
         info = tarfile.TarInfo("run/../../escape")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
-    assert broken(out) == "archive member 'run/../../escape' lies outside the target"
+    assert broken(out).endswith("member name 'run/../../escape' is not in canonical form")
     assert not (tmp_path.parent / "escape").exists()
 
 
@@ -414,32 +431,28 @@ def test_a_key_file_of_two_keys_cannot_pass_the_pin(
     archive: Path, finished_run: Path, tmp_path: Path
 ) -> None:
     """The published key first, the forger's second, everything signed by the forger alone:
-    the pin compares one key, so the file is refused, not searched for a key that verifies."""
+    the pin compares one key, so the file is refused, not searched for a key that verifies.
+    (Checked on the unpacked tree: in a tarball the grown key file is refused earlier, by the
+    unpacking's size check.)"""
     forger = forger_key(tmp_path)
     operator = RunPaths(finished_run).receipt_public_key.read_text().strip()
     both = f"{operator}\n{Path(f'{forger}.pub').read_text().strip()}"
-
-    def forge(paths: RunPaths) -> None:
-        paths.receipt_public_key.write_text(both + "\n")
-        manifest = json.loads((paths.run_dir / "archive-manifest.json").read_text())
-        manifest["signed_by"] = both
-        (paths.run_dir / "archive-manifest.json").write_text(json.dumps(manifest))
-        for data, signature in (
-            ("archive-manifest.json", "archive-manifest.sig"),
-            ("receipt.json", "receipt.sig"),
-        ):
-            signed = signed_by_forger(forger, (paths.run_dir / data).read_bytes())
-            (paths.run_dir / signature).write_bytes(signed)
-
-    published = tmp_path / "operator.pub"
-    published.write_text(operator + "\n")
-    done = runner_cli(
-        "check-archive", str(repacked(archive, tmp_path, forge)), "--key", str(published)
+    tree = tmp_path / "tree"
+    paths = RunPaths(tree / unpack(archive, tree))
+    paths.receipt_public_key.write_text(both + "\n")
+    manifest_file = paths.run_dir / "archive-manifest.json"
+    manifest_file.write_text(
+        json.dumps({**json.loads(manifest_file.read_text()), "signed_by": both})
     )
-    assert done.returncode == 1
-    assert done.stdout == (
-        "archive BROKEN: receipt-key.pub: must be exactly one public key line, found 2\n"
-    )
+    for data, signature in (
+        ("archive-manifest.json", "archive-manifest.sig"),
+        ("receipt.json", "receipt.sig"),
+    ):
+        signed = signed_by_forger(forger, (paths.run_dir / data).read_bytes())
+        (paths.run_dir / signature).write_bytes(signed)
+    with pytest.raises(InputError) as raised:
+        check_signatures(paths, read_manifest(paths.run_dir), PublicKey.parse(operator, "pin"))
+    assert str(raised.value) == "receipt-key.pub: must be exactly one public key line, found 2"
 
 
 @pytest.mark.parametrize(
@@ -519,8 +532,56 @@ def test_a_compressed_file_the_scan_cannot_read_to_its_end_is_a_finding(
     assert "archive refused: the credential scan found " in done.stderr
     assert "/trial-1/agent.log.gz cannot be read to its end" in done.stderr
 
-    def plant(paths: RunPaths) -> None:
-        next(paths.trials_dir.glob("*/trial-1")).joinpath("agent.log.gz").write_bytes(payload)
+    def plant(paths: RunPaths) -> None:  # over a member, at its size: unpacked, then scanned
+        size = paths.ledger.stat().st_size
+        assert len(payload) < size
+        paths.ledger.write_bytes(payload + b"J" * (size - len(payload)))
 
     message = broken(repacked(archive, tmp_path, plant))
-    assert message.startswith("credential scan: ") and "agent.log.gz cannot be read" in message
+    assert message.startswith("credential scan: run/cells.jsonl cannot be read to its end")
+
+
+def with_extra_member(archive: Path, out: Path, name: str, data: bytes, first: bool) -> Path:
+    """The archive with one more member, before or after the genuine ones."""
+    with tarfile.open(archive) as source, tarfile.open(out, "w:gz") as tar:
+        genuine = [(member, source.extractfile(member)) for member in source]
+        extra = tarfile.TarInfo(name)
+        extra.size = len(data)
+        added = [(extra, io.BytesIO(data))]
+        for member, stream in (added + genuine) if first else (genuine + added):
+            tar.addfile(member, stream)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("run/cells.jsonl", "two members are named 'run/cells.jsonl'"),
+        ("run/./cells.jsonl", "member name 'run/./cells.jsonl' is not in canonical form"),
+        ("run//cells.jsonl", "member name 'run//cells.jsonl' is not in canonical form"),
+        ("run/planted.bin", "member 'run/planted.bin' is not in the manifest"),
+    ],
+    ids=["duplicate", "dot-alias", "slash-alias", "unlisted"],
+)
+def test_a_member_is_refused_before_anything_is_written(
+    archive: Path, tmp_path: Path, name: str, said: str
+) -> None:
+    """A forged ledger placed before the genuine one, under its own name or an alias, or a
+    member the manifest does not list: refused from the headers and the manifest alone."""
+    forged = with_extra_member(archive, tmp_path / "forged.tar.gz", name, b"{}\n" * 1000, True)
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    with pytest.raises(InputError) as raised:
+        unpack(forged, tree)
+    assert str(raised.value).endswith(said)
+    assert list(tree.iterdir()) == []
+    assert broken(forged).endswith(said)
+
+
+def test_a_member_name_cannot_repaint_the_terminal(archive: Path, tmp_path: Path) -> None:
+    name = "run/\x1b[2K\rarchive intact: run run, 4 cells, receipt completed"
+    forged = with_extra_member(archive, tmp_path / "forged.tar.gz", name, b"x", False)
+    done = runner_cli("check-archive", str(forged), "--trust-signer-in-archive")
+    assert done.returncode == 1
+    assert "\x1b" not in done.stdout and "\r" not in done.stdout
+    assert "archive BROKEN: " in done.stdout and "\\x1b[2K\\r" in done.stdout

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from runner.core.errors import InputError
+from runner.core.errors import InputError, terminal_safe
 from runner.run.check_archive import ArchiveBroken, check_archive
 from runner.run.signing import PublicKey
 
@@ -52,6 +52,6 @@ def check_archive_command(
     try:
         verdict = check_archive(archive, pinned)
     except ArchiveBroken as broken:
-        click.echo(f"archive BROKEN: {broken}")
+        click.echo(f"archive BROKEN: {terminal_safe(str(broken))}")
         sys.exit(broken.exit_code)
-    click.echo(verdict.line)
+    click.echo(terminal_safe(verdict.line))

@@ -21,7 +21,7 @@ from runner.cli.schedule import schedule_command
 from runner.cli.status import status_command
 from runner.cli.teardown import teardown_command
 from runner.cli.verify import verify_command
-from runner.core.errors import RunnerError
+from runner.core.errors import RunnerError, terminal_safe
 from runner.core.signals import take_sigterm
 
 
@@ -61,7 +61,7 @@ def main() -> None:
     try:
         cli.main(standalone_mode=False)
     except RunnerError as error:
-        click.echo(f"runner: error: {error}", err=True)
+        click.echo(f"runner: error: {terminal_safe(str(error))}", err=True)
         sys.exit(error.exit_code)
     except click.exceptions.Abort as abort:  # click turns a KeyboardInterrupt into Abort
         if isinstance(abort.__cause__, Terminated):

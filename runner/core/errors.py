@@ -29,3 +29,9 @@ def describe_validation_error(source: Path | str, error: ValidationError) -> str
     more = len(error.errors()) - 1
     tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
     return f"{source}: {field}: {message}{tail}"
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every control character (ESC, CR, backspace, ...) shown as an escape: a
+    name from an archive or a guest must never repaint the line a person reads."""
+    return "".join(char if char.isprintable() or char == " " else repr(char)[1:-1] for char in text)

@@ -18,8 +18,11 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import posixpath
+import shutil
 import tarfile
 import tempfile
+from collections import Counter
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Literal
 
@@ -37,6 +40,8 @@ from runner.run.signing import OperatorKey
 MANIFEST = "archive-manifest.json"
 MANIFEST_SIGNATURE = "archive-manifest.sig"
 DEFAULT_SIZE_LIMIT = 32 << 20  # bytes; a larger bulky file is kept by digest only
+MAX_RECORD_BYTES = 64 << 20  # the manifest and its signature: far above any real run's
+MAX_UNPACKED_BYTES = 64 << 30  # a whole archive, unpacked, for check-archive
 
 
 class ArchivedFile(FrozenModel):
@@ -142,20 +147,80 @@ def write_tarball(target: BinaryIO, paths: RunPaths, manifest: ArchiveManifest, 
 
 def unpack(archive: Path, into: Path) -> str:
     """Unpack the tarball under ``into`` (runner.core.archives: nothing lands outside it) and
-    return its one top directory. Only plain files: a link would let two names share bytes."""
+    return its one top directory. Every member is admitted before a byte is written
+    (``admitted``). Only plain files: a link would let two names share bytes."""
     try:
         with tarfile.open(archive, mode="r:gz") as tar:
-            members = tar.getmembers()
+            members = tar.getmembers()  # headers only: the stream is read, nothing written
             odd = next((member.name for member in members if not member.isfile()), None)
             if odd is not None:
                 raise InputError(f"{archive}: member {odd!r} is not a plain file")
+            top = admitted(
+                archive,
+                tar,
+                members,
+                shutil.disk_usage(into if into.exists() else into.parent).free,
+            )
             extract(tar, into)
     except (tarfile.TarError, OSError, EOFError) as error:
         raise InputError(f"{archive}: not a readable archive: {error}") from None
-    tops = {PurePosixPath(member.name).parts[0] for member in members}
+    return top
+
+
+def admitted(archive: Path, tar: tarfile.TarFile, members: list[tarfile.TarInfo], free: int) -> str:
+    """The archive's one top directory, once every member passes, read from the headers and the
+    manifest alone: each name canonical (no ``./``, ``//``) and unique, each file a kept entry
+    of the manifest with its size, the manifest and its signature small, the whole no larger
+    than ``MAX_UNPACKED_BYTES`` or the disk's free space. The manifest's signature and the
+    files' digests are checked after unpacking (check_archive)."""
+    names = [member.name for member in members]
+    tops = {PurePosixPath(name).parts[0] for name in names if name}
     if len(tops) != 1:
-        raise InputError(f"{archive}: expected one top directory, found {sorted(tops)}")
-    return tops.pop()
+        raise InputError(f"{archive}: expected one top directory, found {sorted(tops)!r}")
+    top = tops.pop()
+    for name in names:
+        if name != posixpath.normpath(name) or name.startswith("/"):
+            raise InputError(f"{archive}: member name {name!r} is not in canonical form")
+    twice = next((name for name, count in Counter(names).items() if count > 1), None)
+    if twice is not None:
+        raise InputError(f"{archive}: two members are named {twice!r}")
+    by_name = {member.name: member for member in members}
+    manifest = _manifest_member(archive, tar, by_name.get(f"{top}/{MANIFEST}"))
+    signature = by_name.get(f"{top}/{MANIFEST_SIGNATURE}")
+    if signature is None or signature.size > MAX_RECORD_BYTES:
+        raise InputError(f"{archive}: {MANIFEST_SIGNATURE} missing or over {MAX_RECORD_BYTES} B")
+    sizes = {entry.path: entry.size for entry in manifest.files if entry.kept}
+    for member in members:
+        relative = member.name.removeprefix(f"{top}/")
+        if relative in (MANIFEST, MANIFEST_SIGNATURE):
+            continue
+        if relative not in sizes:
+            raise InputError(f"{archive}: member {member.name!r} is not in the manifest")
+        if member.size != sizes[relative]:
+            raise InputError(
+                f"{archive}: member {member.name!r} is {member.size} B, "
+                f"the manifest says {sizes[relative]} B"
+            )
+    total = sum(member.size for member in members)
+    if total > min(MAX_UNPACKED_BYTES, free):
+        raise InputError(
+            f"{archive}: {total} B to unpack, over the cap ({MAX_UNPACKED_BYTES} B) "
+            f"or the {free} B free"
+        )
+    return top
+
+
+def _manifest_member(
+    archive: Path, tar: tarfile.TarFile, member: tarfile.TarInfo | None
+) -> ArchiveManifest:
+    if member is None or member.size > MAX_RECORD_BYTES:
+        raise InputError(f"{archive}: {MANIFEST} missing or over {MAX_RECORD_BYTES} B")
+    stream = tar.extractfile(member)
+    assert stream is not None  # a plain file, checked by the caller
+    try:
+        return ArchiveManifest.model_validate_json(stream.read())
+    except ValueError as error:
+        raise InputError(f"{archive}: {MANIFEST} is malformed: {error}") from None
 
 
 def archive_finding(archive: Path, tree: Path) -> str | None:
