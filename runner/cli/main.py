@@ -61,7 +61,7 @@ def main() -> None:
     try:
         cli.main(standalone_mode=False)
     except RunnerError as error:
-        click.echo(f"runner: error: {terminal_safe(str(error))}", err=True)
+        click.echo(f"runner: error: {terminal_safe(str(error), newlines=True)}", err=True)
         sys.exit(error.exit_code)
     except click.exceptions.Abort as abort:  # click turns a KeyboardInterrupt into Abort
         if isinstance(abort.__cause__, Terminated):

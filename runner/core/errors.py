@@ -31,7 +31,12 @@ def describe_validation_error(source: Path | str, error: ValidationError) -> str
     return f"{source}: {field}: {message}{tail}"
 
 
-def terminal_safe(text: str) -> str:
+def terminal_safe(text: str, newlines: bool = False) -> str:
     """``text`` with every control character (ESC, CR, backspace, ...) shown as an escape: a
-    name from an archive or a guest must never repaint the line a person reads."""
-    return "".join(char if char.isprintable() or char == " " else repr(char)[1:-1] for char in text)
+    name from an archive or a guest must never repaint the line a person reads. ``newlines``:
+    keep the newline, for an error that lists several findings one a line (a verdict that must
+    be one line keeps none)."""
+    kept = " \n" if newlines else " "
+    return "".join(
+        char if char.isprintable() or char in kept else repr(char)[1:-1] for char in text
+    )
