@@ -389,3 +389,42 @@ def test_token_counts_that_are_no_counts_are_ignored(proxy: CredentialProxy) -> 
         assert (counts.input_tokens, counts.output_tokens, counts.total_tokens) == (None, None, 3)
 
     with_upstream(upstream, client)
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_passed_to_the_guest_never_followed(
+    proxy: CredentialProxy, status: int
+) -> None:
+    """aiohttp follows redirects by default: a 307/308 sent the request (and the key) to the
+    redirect's target, a 301/302 turned it into a bodiless GET, and the guest saw 200."""
+    followed: list[str] = []
+
+    async def upstream(request: web.Request) -> web.StreamResponse:
+        if request.path.endswith("/elsewhere"):
+            followed.append(request.method)
+            return web.json_response({"choices": []})
+        return web.Response(status=status, headers={"Location": "/v1/elsewhere"})
+
+    async def client(base_url: str) -> None:
+        bearer = await asyncio.to_thread(
+            proxy.open_cell, "cell-1", upstream_model(base_url), soon()
+        )
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                proxy.base_url + "/chat/completions",
+                json=CHAT,
+                headers={"Authorization": f"Bearer {bearer}"},
+                allow_redirects=False,
+            ) as response,
+        ):
+            assert (response.status, response.headers.get("Location")) == (
+                status,
+                "/v1/elsewhere",
+            )
+        counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+        assert counts.physical_posts == 1
+        assert [request.status for request in counts.requests] == [status]
+
+    with_upstream(upstream, client)
+    assert followed == []

@@ -469,8 +469,15 @@ class CredentialProxy:
         response = web.StreamResponse()
         cell.physical_posts += 1
         try:
+            # Never follow a redirect: following one sends the request (and, to another origin,
+            # perhaps the key) where the lock did not say, as a POST the count would not see. The
+            # guest gets the answer as the provider gave it, and it is recorded so.
             async with self._session.post(
-                cell.upstream + request.path_qs, data=body, headers=headers, timeout=timeout
+                cell.upstream + request.path_qs,
+                data=body,
+                headers=headers,
+                timeout=timeout,
+                allow_redirects=False,
             ) as upstream:
                 exchange.mark_first_byte()
                 exchange.status = upstream.status
