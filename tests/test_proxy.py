@@ -6,7 +6,8 @@ import asyncio
 import json
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -261,6 +262,25 @@ def with_upstream(
     asyncio.run(main())
 
 
+@asynccontextmanager
+async def chat_through(
+    proxy: CredentialProxy, base_url: str, path: str = "/chat/completions"
+) -> AsyncIterator[tuple[str, aiohttp.ClientResponse]]:
+    """A cell opened for the upstream at ``base_url`` and one chat request through it, as a
+    guest's client sends it (a redirect not followed): the cell's bearer, the open response."""
+    bearer = await asyncio.to_thread(proxy.open_cell, "cell-1", upstream_model(base_url), soon())
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            proxy.base_url + path,
+            json=CHAT,
+            headers={"Authorization": f"Bearer {bearer}"},
+            allow_redirects=False,
+        ) as response,
+    ):
+        yield bearer, response
+
+
 def test_streams_pass_through_chunk_by_chunk(proxy: CredentialProxy) -> None:
     first_seen = asyncio.Event()
     seen_headers: dict[str, str] = {}
@@ -280,17 +300,8 @@ def test_streams_pass_through_chunk_by_chunk(proxy: CredentialProxy) -> None:
         return response
 
     async def client(base_url: str) -> None:
-        bearer = await asyncio.to_thread(
-            proxy.open_cell, "cell-1", upstream_model(base_url), soon()
-        )
-        async with (
-            aiohttp.ClientSession() as session,
-            session.post(
-                proxy.base_url + "/chat/completions?api-version=1",
-                json=CHAT,
-                headers={"Authorization": f"Bearer {bearer}"},
-            ) as response,
-        ):
+        path = "/chat/completions?api-version=1"
+        async with chat_through(proxy, base_url, path) as (bearer, response):
             first = await response.content.readuntil(b"\n\n")
             assert first == b'data: {"choices":[]}\n\n'
             first_seen.set()
@@ -406,18 +417,7 @@ def test_a_redirect_is_passed_to_the_guest_never_followed(
         return web.Response(status=status, headers={"Location": "/v1/elsewhere"})
 
     async def client(base_url: str) -> None:
-        bearer = await asyncio.to_thread(
-            proxy.open_cell, "cell-1", upstream_model(base_url), soon()
-        )
-        async with (
-            aiohttp.ClientSession() as session,
-            session.post(
-                proxy.base_url + "/chat/completions",
-                json=CHAT,
-                headers={"Authorization": f"Bearer {bearer}"},
-                allow_redirects=False,
-            ) as response,
-        ):
+        async with chat_through(proxy, base_url) as (_bearer, response):
             assert (response.status, response.headers.get("Location")) == (
                 status,
                 "/v1/elsewhere",

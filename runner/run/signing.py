@@ -136,7 +136,7 @@ class OperatorKey:
 
     @property
     def public(self) -> str:
-        """The public half, one line (``ssh-ed25519 AAAA... lab-operator``)."""
+        """The public half, one line (``ssh-ed25519 AAAA... <comment>``)."""
         return Path(f"{self.private}.pub").read_text().strip()
 
     @property
