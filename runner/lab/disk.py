@@ -41,6 +41,7 @@ from runner.core.processes import stop_process
 from runner.lab.transport import GuestTransport
 
 _EXPORT_WAIT_SECONDS = 30.0
+_RELEASE_SECONDS = 30.0
 _TOOL_SECONDS = 120.0
 # How long the guest's root filesystem may stay frozen if the host never lets go of it.
 _FROZEN_SECONDS_AT_MOST = 300
@@ -234,6 +235,36 @@ def _exported(export: Path, layer: Path) -> Iterator[None]:
         stop_process(daemon, 30)
         if daemon.stderr:
             daemon.stderr.close()
+        # A daemon that had to be killed leaves its FUSE mount behind (every access then fails
+        # with ENOTCONN), and the scratch directory under it could not be removed.
+        if _is_mount_point(export):
+            _run("umount", "--lazy", str(export))
+
+
+def _is_mount_point(path: Path) -> bool:
+    """From the mount table, not ``stat``: a dead FUSE mount cannot be stat'ed."""
+    with open("/proc/self/mountinfo", encoding="utf-8") as table:
+        return any(line.split()[4] == _mount_table_form(path) for line in table)
+
+
+def _mount_table_form(path: Path) -> str:
+    return str(path).translate(
+        {ord("\\"): "\\134", ord(" "): "\\040", ord("\t"): "\\011", ord("\n"): "\\012"}
+    )
+
+
+def _backing_file(device: str) -> Path:
+    return Path("/sys/block") / Path(device).name / "loop" / "backing_file"
+
+
+def _wait_until_released(device: str) -> None:
+    """The kernel may let go of a detached loop device's backing file after ``losetup`` has
+    returned; until it has, the FUSE export under it is busy and cannot be unmounted."""
+    deadline = time.monotonic() + _RELEASE_SECONDS
+    while _backing_file(device).exists():
+        if time.monotonic() > deadline:
+            raise DiskError(f"{device} still holds the lab disk's export after detaching")
+        time.sleep(0.05)
 
 
 @contextmanager
@@ -243,6 +274,7 @@ def _loop_device(image: Path) -> Iterator[str]:
         yield device
     finally:
         _run("losetup", "--detach", device)
+        _wait_until_released(device)
 
 
 def _require_clean(device: str) -> None:
