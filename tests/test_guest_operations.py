@@ -29,6 +29,7 @@ ARGUMENT_TYPES: dict[str, Any] = {
     "names": tuple,
     "wheels": lambda wheels: tuple(tuple(wheel) for wheel in wheels),
     "mirror": lambda mirror: guest_ops.Mirror(*mirror),
+    "images": lambda images: tuple(tuple(image) for image in images),
 }
 
 

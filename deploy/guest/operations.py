@@ -8,6 +8,7 @@ records the digest it was installed from in /var/lib/bench/units/<unit> as its l
 from __future__ import annotations
 
 import atexit
+import math
 import shlex
 import subprocess
 from collections.abc import Generator, Iterable
@@ -235,24 +236,57 @@ def _mirror_serving(mirror: Mirror) -> None:
 
 
 @operation()
-def task_image(image: str, context: str, digest: str, mirror: Mirror) -> Commands:
+def task_image(
+    task: str, image: str, context: str, digest: str, timeout_seconds: float, mirror: Mirror
+) -> Commands:
     """
     A task's container image built from its Dockerfile on the local base images (no pulls),
     labelled with the digest of its inputs. Built here, it is frozen with the guest, and the
     build Harbor runs in every cell finds each of its steps in Podman's layer cache instead of
     running them again under emulation. What a build installs comes from the lab's package
-    mirror (the frozen set only), which serves while pyinfra runs.
+    mirror (the frozen set only), which serves while pyinfra runs. A failed build does not stop
+    the deploy here: its output and exit status are kept for ``task_images_built``, so every
+    task's build is tried and all failures are named at once.
 
+    + task: the task's id (its build log is <build_logs>/<task>.log)
     + image: the image's name
     + context: the task's environment/ directory in the guest
     + digest: of the task's files and the base image's inputs; a different one rebuilds it
+    + timeout_seconds: the task's own build_timeout_sec (task.toml)
     + mirror: the lab's package mirror
     """
     if host.get_fact(ImageLabel, image=image, label="bench.inputs") == digest:
         host.noop(f"image {image} already built from {_short(digest)}")
         return
     yield FunctionCommand(_mirror_serving, (mirror,), {})
+    log, failed = GUEST.build_logs / f"{task}.log", GUEST.build_logs / f"{task}.failed"
+    yield f"mkdir -p {_q(GUEST.build_logs)} && rm -f {_q(failed)}"
     yield (
-        f"podman build --quiet --pull=never --layers "
-        f"--label {_q(f'bench.inputs={digest}')} -t {_q(image)} {_q(context)}"
+        f"timeout --kill-after=30 {math.ceil(timeout_seconds)} "
+        f"podman build --pull=never --layers "
+        f"--label {_q(f'bench.inputs={digest}')} -t {_q(image)} {_q(context)} "
+        f"> {_q(log)} 2>&1 || echo $? > {_q(failed)}"
+    )
+
+
+@operation()
+def task_images_built(images: tuple[tuple[str, str, str, float], ...]) -> Commands:
+    """
+    Every task image is built with its inputs' label; otherwise the deploy stops here with a
+    table of every task whose build failed and the failure's own line (runner.guest.build_report).
+
+    + images: (task, image, digest, build timeout in seconds) of each task
+    """
+    if all(
+        host.get_fact(ImageLabel, image=image, label="bench.inputs") == digest
+        for _, image, digest, _ in images
+    ):
+        host.noop(f"all {len(images)} task images already built")
+        return
+    specs = " ".join(
+        _q(f"{task}={image}={digest}={limit:g}") for task, image, digest, limit in images
+    )
+    yield (
+        f"{_q(GUEST.harbor_venv / 'bin' / 'python')} -m runner.guest.build_report "
+        f"{_q(GUEST.build_logs)} {specs}"
     )

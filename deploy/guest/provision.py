@@ -42,6 +42,7 @@ from runner.lab.layout import (
 from runner.lab.tasks import derive_tasks
 from runner.spec.lock import Lock
 from runner.spec.resolution import PinnedArtifact, Resolution, load_resolution, resolution_path
+from runner.spec.tasks import TaskDerivation
 
 # Mount options exactly as /proc/self/mountinfo shows them (pyinfra's server.mount compares
 # them); fstab has the same. msize: 512000 is virtio-9p's largest. cache=0xf is cache=loose as the
@@ -136,9 +137,11 @@ class Bundle:
 
 @dataclass(frozen=True)
 class TaskImage:
+    task: str
     image: str
     context: str
     digest: str  # of the task's bundle and the base image's inputs
+    build_timeout_sec: float  # the task's own (task.toml)
 
 
 @dataclass(frozen=True)
@@ -201,7 +204,7 @@ def plan_guest(lock: Lock, lock_path: Path, lab: str) -> GuestPlan:
         for a in resolution.artifacts
         if a.kind in ("wheel", "verifier-wheel")
     )
-    tasks = _task_bundles(lock, resolution, store, paths)
+    derived_tasks = _task_bundles(lock, resolution, store, paths)
     verifier = _verifier_tree(lock, resolution, store)
     image_inputs = _image_inputs(lock, resolution, verifier)
     registry_images = _registry_images(lock, resolution, store)
@@ -218,14 +221,14 @@ def plan_guest(lock: Lock, lock_path: Path, lab: str) -> GuestPlan:
         wheels=wheels,
         wheels_digest=sha256_digest(canonical_json(sorted(wheels))),
         runner_package=_runner_package(store),
-        tasks=tasks,
+        tasks=tuple(bundle for bundle, _ in derived_tasks),
         verifier=verifier,
         base_images=_base_images(lock),
         registry_images=registry_images,
         image_inputs=image_inputs,
         rootfs_tar=_rootfs_tar(lock.guest.arch, verifier.dest if verifier else None),
         task_images=_task_images(
-            lock.tasks.ids, tasks, image_inputs, tuple(image.digest for image in registry_images)
+            derived_tasks, image_inputs, tuple(image.digest for image in registry_images)
         ),
         mirror=guest.Mirror(lab, str(resolution_path(lock_path, lock))),
     )
@@ -272,17 +275,20 @@ def _harness_tree_bundles(
 
 def _task_bundles(
     lock: Lock, resolution: Resolution, store: ArtifactStore, paths: CachePaths
-) -> tuple[Bundle, ...]:
+) -> tuple[tuple[Bundle, TaskDerivation], ...]:
     """The lock's Harbor task dirs as the lab runs them (derived by the lock's rules), packed."""
     paths.tmp.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="derived-tasks-", dir=paths.tmp) as work:
         return tuple(
-            Bundle(
-                f"task-{derivation.id}",
-                pack_directory(store, tree, derivation.id),
-                str(GUEST.task(derivation.id)),
-                "task.toml",
-                strip_components=1,
+            (
+                Bundle(
+                    f"task-{derivation.id}",
+                    pack_directory(store, tree, derivation.id),
+                    str(GUEST.task(derivation.id)),
+                    "task.toml",
+                    strip_components=1,
+                ),
+                derivation,
             )
             for derivation, tree in derive_tasks(lock, resolution.tasks, paths, Path(work))
         )
@@ -357,8 +363,7 @@ def _image_inputs(lock: Lock, resolution: Resolution, verifier: Bundle | None) -
 
 
 def _task_images(
-    task_ids: tuple[str, ...],
-    tasks: tuple[Bundle, ...],
+    tasks: tuple[tuple[Bundle, TaskDerivation], ...],
     image_inputs: str,
     registry_digests: tuple[str, ...] = (),
 ) -> tuple[TaskImage, ...]:
@@ -367,11 +372,13 @@ def _task_images(
     its guests' task images were labelled with)."""
     return tuple(
         TaskImage(
-            image=GUEST.task_image(task_id),
+            task=derivation.id,
+            image=GUEST.task_image(derivation.id),
             context=f"{task.dest}/environment",
             digest=sha256_digest(canonical_json([task.digest, image_inputs, *registry_digests])),
+            build_timeout_sec=derivation.settings.build_timeout_sec,
         )
-        for task_id, task in zip(task_ids, tasks, strict=True)
+        for task, derivation in tasks
     )
 
 
@@ -580,8 +587,17 @@ def _images_built(plan: GuestPlan) -> None:
     for task_image in plan.task_images:
         guest.task_image(
             name=f"Task image {task_image.image}",
+            task=task_image.task,
             image=task_image.image,
             context=task_image.context,
             digest=task_image.digest,
+            timeout_seconds=task_image.build_timeout_sec,
             mirror=plan.mirror,
         )
+    guest.task_images_built(
+        name="Every task image built",
+        images=tuple(
+            (image.task, image.image, image.digest, image.build_timeout_sec)
+            for image in plan.task_images
+        ),
+    )

@@ -2,9 +2,9 @@
 agent in the provisioned guest, must score 1 before the guest is frozen.
 
 A task whose oracle does not score 1 cannot tell an agent's success from its failure here (its
-image, its verifier's tools or the lab's mirror are wrong for it), so the freeze fails closed,
-naming the task and the last lines of its verifier's output. The oracle's trials are removed
-afterwards: nothing of them is in the frozen state.
+image, its verifier's tools or the lab's mirror are wrong for it), so the freeze fails closed
+once every oracle was tried, naming each such task and the last lines of its verifier's output.
+The oracle's trials are removed afterwards: nothing of them is in the frozen state.
 """
 
 from __future__ import annotations
@@ -35,24 +35,39 @@ class OracleRun:
 def oracle_smoke(
     guest: GuestTransport, task_ids: tuple[str, ...], tolerated: frozenset[str] = frozenset()
 ) -> tuple[OracleRun, ...]:
-    """Every task's oracle, in order; raises on the first that does not score 1, unless it is
-    ``tolerated`` (timing-sensitive under emulation: its score is recorded, and the lab then
-    cannot judge the task)."""
+    """Every task's oracle, in order. Each that does not score 1 keeps its verifier's last
+    lines; unless it is ``tolerated`` (timing-sensitive under emulation: its score is recorded,
+    and the lab then cannot judge the task), the freeze fails once all were tried, with a table
+    of every such task, so one freeze names every broken task."""
     runs = []
     try:
         for task in task_ids:
             run = run_oracle(guest, task)
-            if run.reward != 1 and task not in tolerated:
-                raise RunnerError(
-                    f"freeze: the oracle of task {task} scored {run.reward} (its reference "
-                    f"solution must score 1); its verifier's last lines: {_last_lines(guest, task)}"
-                )
             if run.reward != 1:
                 run = OracleRun(task, run.reward, run.seconds, _last_lines(guest, task))
             runs.append(run)
     finally:
         guest.check(f"rm -rf {ORACLE_TRIALS}", timeout=120)
+    failed = [run for run in runs if run.reward != 1 and run.task not in tolerated]
+    if failed:
+        raise RunnerError(oracle_table(failed, len(runs)))
     return tuple(runs)
+
+
+def oracle_table(failed: list[OracleRun], tried: int) -> str:
+    """``task  step  error`` rows, as the deploy's failed builds (runner.guest.build_report)."""
+    width = max(len("task"), *(len(run.task) for run in failed))
+    rows = [
+        f"freeze: {len(failed)} of {tried} oracles did not score 1 (a task's reference solution "
+        "must score 1):",
+        f"  {'task':<{width}}  step    error",
+    ]
+    rows += [
+        f"  {run.task:<{width}}  oracle  scored {run.reward} in {run.seconds:g} s; its verifier's "
+        f"last lines: {run.last_lines}"
+        for run in failed
+    ]
+    return "\n".join(rows)
 
 
 def run_oracle(guest: GuestTransport, task: str) -> OracleRun:

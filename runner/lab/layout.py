@@ -50,6 +50,8 @@ class GuestLayout:
     tasks_dir: ClassVar = PurePosixPath("/srv/tasks")
     trials_dir: ClassVar = PurePosixPath("/srv/trials")
     units_dir: ClassVar = PurePosixPath("/var/lib/bench/units")
+    # Each task image's build output, and its exit status if it failed (runner.guest.build_report)
+    build_logs: ClassVar = PurePosixPath("/var/lib/bench/builds")
 
     def blob(self, digest: str) -> PurePosixPath:
         """An artifact of the host store as the guest reads it (``sha256:<hex>`` digest)."""

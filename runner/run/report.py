@@ -647,6 +647,24 @@ def task_section(tasks: Sequence[TaskDerivation]) -> list[Block]:
                 for task in tasks
             ),
         ),
+        Paragraph(
+            (
+                "Each task's own task.toml; the network a task asks for is recorded, not granted: "
+                "every task runs offline, reaching only the lab's mirror and provider proxy.",
+            )
+        ),
+        table(
+            [("task", L), ("task.toml schema", L), ("build timeout", R), ("network asked", L)],
+            (
+                (
+                    task.id,
+                    task.settings.schema_version,
+                    f"{task.settings.build_timeout_sec:g} s",
+                    f"{task.settings.network} ({task.settings.network_from})",
+                )
+                for task in tasks
+            ),
+        ),
     ]
     for task in tasks:
         if task.changes:

@@ -18,6 +18,7 @@ from pydantic import Field
 
 from runner.core.models import FrozenModel, Sha256, Slug
 from runner.spec.lock import TaskSource
+from runner.spec.task_config import TaskSettings, read_task_settings
 
 # task.toml's prebuilt image: one line of its [environment] table (Harbor's task format).
 _DOCKER_IMAGE = re.compile(r'^docker_image\s*=\s*"(?P<image>[^"]*)"\s*\n', re.MULTILINE)
@@ -33,6 +34,7 @@ class TaskDerivation(FrozenModel):
     upstream_tree: Sha256
     derived_tree: Sha256
     changes: tuple[str, ...] = Field(description="one line per change; empty: as upstream")
+    settings: TaskSettings = Field(description="its task.toml, as the lab runs it")
 
     @property
     def derived(self) -> bool:
@@ -60,6 +62,7 @@ def derive_task(upstream: Path, derived: Path, source: TaskSource, arch: str) ->
         upstream_tree=tree_digest(upstream),
         derived_tree=tree_digest(derived),
         changes=tuple(changes),
+        settings=read_task_settings(derived),
     )
 
 

@@ -53,7 +53,13 @@ def example_plan() -> GuestPlan:
         image_inputs="sha256:i",
         rootfs_tar=provision._rootfs_tar("aarch64", "/opt/bench/verifier-root"),
         task_images=tuple(
-            TaskImage(f"bench-task-{task.unit}", f"{task.dest}/environment", f"sha256:x{task.unit}")
+            TaskImage(
+                task.unit.removeprefix("task-"),
+                f"bench-task-{task.unit}",
+                f"{task.dest}/environment",
+                f"sha256:x{task.unit}",
+                600.0,
+            )
             for task in tasks
         ),
         mirror=guest_ops.Mirror("vmtest", "/repo/locks/demo.resolved.json"),

@@ -1,0 +1,116 @@
+"""Which task images failed to build, and each failure's own line: run in the guest after every
+task image's build was tried, so one deploy names every broken task, not only the first.
+
+    python -m runner.guest.build_report LOG_DIR TASK=IMAGE=DIGEST=TIMEOUT_SECONDS ...
+
+Each build left ``LOG_DIR/<task>.log`` (its whole output) and, when it failed, ``<task>.failed``
+(its exit status). A task whose image is not labelled with its inputs' digest afterwards is a
+failure too (a build that never ran). Prints the table to stderr and exits 1 when any failed.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+# `timeout`'s exit status when the build ran past its limit (and was stopped).
+TIMED_OUT = 124
+# A failure's own line, most telling first: the package manager's or compiler's words before
+# Podman's "Error: building at STEP" that every failed step ends with.
+_CAUSES = (
+    re.compile(r"^E: .+$", re.MULTILINE),  # apt
+    re.compile(r"^ERROR: .+$", re.MULTILINE),  # pip
+    re.compile(r"^(?:npm ERR!|npm error) .+$", re.MULTILINE),
+    re.compile(r"^.*\b(?:error(?:\[\w+\])?|fatal error|fatal): .+$", re.MULTILINE),
+    re.compile(r"^.*: (?:command not found|not found)$", re.MULTILINE),
+    re.compile(r"^Error: .+$", re.MULTILINE),  # Podman's own
+)
+# What a package manager says of a package the mirror's frozen set does not have.
+_MISSING = (
+    re.compile(r"^E: Unable to locate package (\S+)", re.MULTILINE),
+    re.compile(r"^E: Package '([^']+)' has no installation candidate", re.MULTILINE),
+    re.compile(r"^E: Version '[^']+' for '([^']+)' was not found", re.MULTILINE),
+    re.compile(r"^ERROR: No matching distribution found for (\S+)", re.MULTILINE),
+)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+@dataclass(frozen=True)
+class BuildFailure:
+    task: str
+    line: str
+    missing: tuple[str, ...]
+
+
+def failure_line(log: str, status: int | None, timeout_seconds: float | None = None) -> str:
+    """The one line that says why a build failed."""
+    if status == TIMED_OUT:
+        limit = f" ({timeout_seconds:g} s)" if timeout_seconds else ""
+        return f"stopped: ran past task.toml's build_timeout_sec{limit}"
+    text = _ANSI.sub("", log)
+    for cause in _CAUSES:
+        if found := cause.search(text):
+            return found.group(0).strip()[:300]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else f"no output (exit status {status})"
+
+
+def missing_packages(log: str) -> tuple[str, ...]:
+    """The packages a failed build asked for that the frozen set does not have."""
+    names = (match for pattern in _MISSING for match in pattern.findall(log))
+    return tuple(dict.fromkeys(names))
+
+
+def failure_table(failures: list[BuildFailure], tried: int) -> str:
+    width = max(len("task"), *(len(failure.task) for failure in failures))
+    rows = [f"{len(failures)} of {tried} task images did not build:"]
+    rows.append(f"  {'task':<{width}}  step   error")
+    rows += [f"  {failure.task:<{width}}  build  {failure.line}" for failure in failures]
+    for failure in failures:
+        if failure.missing:
+            rows.append(
+                f"  task {failure.task}: the lab's frozen package set has no "
+                f"{', '.join(failure.missing)}: add them to the lock's guest.packages and run "
+                "'runner resolve --update LOCK'"
+            )
+    return "\n".join(rows)
+
+
+def _label(image: str) -> str:
+    done = subprocess.run(
+        ["podman", "image", "inspect", "--format", '{{index .Labels "bench.inputs"}}', image],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def _failure(log_dir: Path, task: str, timeout_seconds: float) -> BuildFailure:
+    log_file, failed = log_dir / f"{task}.log", log_dir / f"{task}.failed"
+    log = log_file.read_text(errors="replace") if log_file.is_file() else ""
+    status = int(failed.read_text().strip() or 1) if failed.is_file() else None
+    if status is None and not log:
+        return BuildFailure(task, "no image and no build log: the build did not run", ())
+    return BuildFailure(task, failure_line(log, status, timeout_seconds), missing_packages(log))
+
+
+def main(argv: list[str]) -> int:
+    log_dir, specs = Path(argv[0]), [spec.split("=", 3) for spec in argv[1:]]
+    failures = [
+        _failure(log_dir, task, float(timeout))
+        for task, image, digest, timeout in specs
+        if _label(image) != digest
+    ]
+    if failures:
+        print(failure_table(failures, len(specs)), file=sys.stderr)
+        return 1
+    print(f"all {len(specs)} task images built")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,98 @@
+# ruff: noqa: E501 (the logs are Podman's and the tools' own lines, as long as they are)
+"""Every task image's build tried, and each failure's own line (runner.guest.build_report): the
+lines are Podman's, apt's, pip's and gcc's own words, as a failed ``podman build`` logs them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runner.guest.build_report import (
+    TIMED_OUT,
+    BuildFailure,
+    _failure,
+    failure_line,
+    failure_table,
+    missing_packages,
+)
+
+APT_MISS = """STEP 1/3: FROM localhost/base:1
+STEP 2/3: RUN apt-get update && apt-get install -y sqlite3 xxd python3-pip
+Get:1 http://10.0.2.101/debian ./ Release [1189 B]
+Reading package lists...
+Building dependency tree...
+Package python3-pip is not available, but is referred to by another package.
+E: Unable to locate package sqlite3
+E: Unable to locate package xxd
+E: Package 'python3-pip' has no installation candidate
+Error: building at STEP "RUN apt-get update && apt-get install -y sqlite3": while running runtime: exit status 100
+"""
+PIP_MISS = """STEP 3/4: RUN pip install pyarrow==17.0.0
+Looking in indexes: http://10.0.2.101/simple/
+ERROR: Could not find a version that satisfies the requirement pyarrow==17.0.0 (from versions: none)
+ERROR: No matching distribution found for pyarrow==17.0.0
+Error: building at STEP "RUN pip install pyarrow==17.0.0": while running runtime: exit status 1
+"""
+GCC = """STEP 4/5: RUN gcc -o /app/x /app/x.c
+\x1b[01m\x1b[Kgcc:\x1b[m\x1b[K \x1b[01;31m\x1b[Kfatal error: \x1b[m\x1b[Kcannot execute 'cc1': No such file
+compilation terminated.
+Error: building at STEP "RUN gcc -o /app/x /app/x.c": while running runtime: exit status 1
+"""
+
+
+def test_apt_names_every_package_the_frozen_set_lacks() -> None:
+    assert failure_line(APT_MISS, 1) == "E: Unable to locate package sqlite3"
+    assert missing_packages(APT_MISS) == ("sqlite3", "xxd", "python3-pip")
+
+
+def test_pip_names_the_requirement_it_found_no_wheel_for() -> None:
+    assert failure_line(PIP_MISS, 1).startswith("ERROR: Could not find a version")
+    assert missing_packages(PIP_MISS) == ("pyarrow==17.0.0",)
+
+
+def test_a_compiler_error_is_its_own_line_without_colour_codes() -> None:
+    line = failure_line(GCC, 1)
+    assert line == "gcc: fatal error: cannot execute 'cc1': No such file"
+    assert missing_packages(GCC) == ()
+
+
+def test_without_a_known_cause_podmans_step_line_then_the_last_line() -> None:
+    podman = 'STEP 2/2: RUN ./configure\nchecking...\nError: building at STEP "RUN ./configure"\n'
+    assert failure_line(podman, 1) == 'Error: building at STEP "RUN ./configure"'
+    assert failure_line("one\nsomething odd happened\n\n", 2) == "something odd happened"
+    assert failure_line("", 3) == "no output (exit status 3)"
+
+
+def test_a_build_past_its_timeout_says_so_with_the_tasks_limit() -> None:
+    line = failure_line(APT_MISS, TIMED_OUT, 600.0)
+    assert line == "stopped: ran past task.toml's build_timeout_sec (600 s)"
+
+
+def test_the_table_has_a_row_per_failed_task_and_how_to_add_what_is_missing() -> None:
+    failures = [
+        BuildFailure("sqlite-db-truncate", "E: Unable to locate package sqlite3", ("sqlite3",)),
+        BuildFailure("polyglot-c-py", "gcc: fatal error: cannot execute 'cc1'", ()),
+    ]
+    table = failure_table(failures, 5).splitlines()
+    assert table[0] == "2 of 5 task images did not build:"
+    assert table[1].split() == ["task", "step", "error"]
+    assert table[2].split()[:3] == ["sqlite-db-truncate", "build", "E:"]
+    assert table[3].split()[:2] == ["polyglot-c-py", "build"]
+    assert table[4] == (
+        "  task sqlite-db-truncate: the lab's frozen package set has no sqlite3: add them to "
+        "the lock's guest.packages and run 'runner resolve --update LOCK'"
+    )
+    assert len(table) == 5
+
+
+def test_each_task_is_read_from_its_own_log_and_status(tmp_path: Path) -> None:
+    (tmp_path / "a.log").write_text(APT_MISS)
+    (tmp_path / "a.failed").write_text("100\n")
+    (tmp_path / "b.log").write_text("STEP 1/1: FROM x\n")
+    (tmp_path / "b.failed").write_text(f"{TIMED_OUT}\n")
+    assert _failure(tmp_path, "a", 600) == BuildFailure(
+        "a", "E: Unable to locate package sqlite3", ("sqlite3", "xxd", "python3-pip")
+    )
+    assert _failure(tmp_path, "b", 900).line.endswith("(900 s)")
+    assert _failure(tmp_path, "never", 600).line == (
+        "no image and no build log: the build did not run"
+    )
