@@ -14,15 +14,21 @@ import shlex
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pyinfra.api.command import StringCommand
 
+from deploy.guest import operations as guest_ops
 from runner.core.roots import REPO_ROOT
 from runner.lab import egress
 from runner.lab.layout import DOCKER_HOST, GUEST, GUEST_PROXY_ADDRESS
+from runner.lab.mirror import lab_mirror
 from runner.lab.state import LabPaths, LabState, load_lab_state
 from runner.lab.transport import GuestTransport, SshTransport
 from runner.spec.lock import load_lock
+from runner.spec.resolution import resolution_path
+from tests.support.deploy_harness import local_host, yielded
 from tests.support.vm_fixtures import VM_TEST_LAB, vm_lab  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.vm, pytest.mark.guest]
@@ -167,3 +173,54 @@ def test_each_task_image_is_built_and_its_container_runs_the_frozen_harness(
     )
     assert out.splitlines()[0] == "42"
     assert out.splitlines()[-1] == f"v{LOCK.tools.node}"
+
+
+# Two tasks whose builds fail the ways a researcher's first task does: apt asks the lab's mirror
+# for a package the frozen set lacks, and a RUN step fails on its own.
+BROKEN_BUILDS = {
+    "needs-unfrozen-deb": "FROM bench-base\nRUN apt-get update && apt-get install -y no-such-x\n",
+    "fails-its-run-step": "FROM bench-base\nRUN echo building && ls /no/such/dir\n",
+}
+
+
+def _commands_of(operation: Any, **arguments: Any) -> list[str]:
+    """The shell commands the deploy's own operation yields for an image not yet built."""
+    host = local_host({})
+    host.get_fact = lambda fact, **_kwargs: ""  # type: ignore[method-assign,assignment]
+    return [
+        str(command)
+        for command in yielded(host, operation, **arguments)
+        if isinstance(command, StringCommand | str)
+    ]
+
+
+def test_every_broken_task_build_is_tried_and_all_are_named_in_one_table(
+    guest: GuestTransport,
+) -> None:
+    mirror = guest_ops.Mirror(LAB, str(resolution_path(REPO_ROOT / "locks" / "demo.toml", LOCK)))
+    images = []
+    with lab_mirror(mirror.lab, Path(mirror.resolution_file)):
+        for task, dockerfile in BROKEN_BUILDS.items():
+            context = f"/tmp/broken-builds/{task}"
+            run(
+                guest,
+                f"mkdir -p {context} && printf %s {shlex.quote(dockerfile)} > {context}/Dockerfile",
+            )
+            image = (task, f"localhost/broken-{task}:test", "sha256:broken", 300.0)
+            images.append(image)
+            for command in _commands_of(
+                guest_ops.task_image, task=task, image=image[1], context=context,
+                digest=image[2], timeout_seconds=image[3], mirror=mirror,
+            ):  # fmt: skip
+                run(guest, command, timeout=600)
+        (report,) = _commands_of(guest_ops.task_images_built, images=tuple(images))
+        result = guest.exec(report, timeout=120)
+    run(guest, "rm -rf /tmp/broken-builds; rm -f /var/lib/bench/builds/needs-unfrozen-deb.* "
+               "/var/lib/bench/builds/fails-its-run-step.*")  # fmt: skip
+    assert result.exit_code == 1, result.stdout + result.stderr
+    table = result.stderr.splitlines()
+    assert table[0] == "2 of 2 task images did not build:"
+    rows = {line.split()[0]: line for line in table[2:4]}
+    assert "E: Unable to locate package no-such-x" in rows["needs-unfrozen-deb"]
+    assert "No such file or directory" in rows["fails-its-run-step"]
+    assert "the lab's frozen package set has no no-such-x" in table[4]

@@ -87,7 +87,7 @@ def test_derivation_drops_the_prebuilt_image_and_touches_nothing_the_agent_or_ve
     tb21, checkout, tmp_path, task
 ):
     root, _ = checkout
-    derivation = derive_task(root / task, tmp_path / task, tb21.tasks, "aarch64")
+    derivation = derive_task(root / task, tmp_path / task, tb21.tasks, "aarch64", "trixie")
     assert derivation.upstream_tree == NOTICE_TREES[task]
     assert derivation.derived_tree == tree_digest(tmp_path / task) != derivation.upstream_tree
     assert "docker_image" not in (tmp_path / task / "task.toml").read_text()
@@ -108,7 +108,7 @@ def test_a_task_as_upstream_has_no_changes(tb21, checkout, tmp_path):
     plain = tb21.tasks.model_copy(
         update={"build_from_environment": False, "verifier": None, "base_images": {}}
     )
-    derivation = derive_task(root / "git-leak-recovery", tmp_path / "t", plain, "aarch64")
+    derivation = derive_task(root / "git-leak-recovery", tmp_path / "t", plain, "aarch64", "trixie")
     assert (derivation.derived, derivation.derived_tree) == (False, derivation.upstream_tree)
 
 
@@ -116,7 +116,9 @@ def test_a_local_task_source_still_works(tmp_path):
     demo = load_lock(REPO_ROOT / "locks" / "demo.toml")
     assert asyncio.run(fetch_tasks(demo.tasks, CachePaths(tmp_path))) == ()
     shutil.copytree(REPO_ROOT / "tasks" / "git-leak-recovery", tmp_path / "upstream")
-    derivation = derive_task(tmp_path / "upstream", tmp_path / "derived", demo.tasks, "aarch64")
+    derivation = derive_task(
+        tmp_path / "upstream", tmp_path / "derived", demo.tasks, "aarch64", "trixie"
+    )
     assert (
         derivation.upstream_tree == derivation.derived_tree
     )  # FROM bench-base: tagged, not edited

@@ -40,7 +40,9 @@ def derive_tasks(
     trees = {task.id: task.tree for task in recorded}
     derived = []
     for task_id in lock.tasks.ids:
-        derivation = derive_task(root / task_id, work / task_id, lock.tasks, lock.guest.arch)
+        derivation = derive_task(
+            root / task_id, work / task_id, lock.tasks, lock.guest.arch, lock.guest.suite
+        )
         expected = trees.get(task_id)
         if lock.tasks.git is not None and derivation.upstream_tree != expected:
             raise RunnerError(

@@ -666,6 +666,19 @@ def task_section(tasks: Sequence[TaskDerivation]) -> list[Block]:
             ),
         ),
     ]
+    if uses := [(task.id, use) for task in tasks for use in task.base_images]:
+        blocks += [
+            Paragraph(
+                ("Each FROM name, the image the lab built the task on, and how they differ:",)
+            ),
+            table(
+                [("task", L), ("FROM", L), ("named", L), ("used", L), ("differs", L)],
+                (
+                    (task, Code(use.from_name), use.named, use.used, "; ".join(use.differs) or "-")
+                    for task, use in uses
+                ),
+            ),
+        ]
     for task in tasks:
         if task.changes:
             blocks += [Paragraph((Strong(f"{task.id}: derived"),))]

@@ -17,7 +17,8 @@ from pathlib import Path
 from pydantic import Field
 
 from runner.core.models import FrozenModel, Sha256, Slug
-from runner.spec.lock import TaskSource
+from runner.spec.base_images import BaseImageUse, local_substitute_use, registry_image_use
+from runner.spec.lock import TaskSource, registry_image
 from runner.spec.task_config import TaskSettings, read_task_settings
 
 # task.toml's prebuilt image: one line of its [environment] table (Harbor's task format).
@@ -35,6 +36,9 @@ class TaskDerivation(FrozenModel):
     derived_tree: Sha256
     changes: tuple[str, ...] = Field(description="one line per change; empty: as upstream")
     settings: TaskSettings = Field(description="its task.toml, as the lab runs it")
+    base_images: tuple[BaseImageUse, ...] = Field(
+        description="each FROM name, the image the lab gives it, and how far apart they are"
+    )
 
     @property
     def derived(self) -> bool:
@@ -51,10 +55,14 @@ def tree_digest(root: Path) -> str:
     return "sha256:" + hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
-def derive_task(upstream: Path, derived: Path, source: TaskSource, arch: str) -> TaskDerivation:
-    """Copy ``upstream`` to ``derived`` (which must not exist) with the lock's rules applied."""
+def derive_task(
+    upstream: Path, derived: Path, source: TaskSource, arch: str, suite: str
+) -> TaskDerivation:
+    """Copy ``upstream`` to ``derived`` (which must not exist) with the lock's rules applied;
+    ``arch`` and ``suite`` are the guest's (its Debian is the local substitute's)."""
     shutil.copytree(upstream, derived, symlinks=True)
-    changes = [*_prebuilt_image_dropped(derived, source, arch), *_base_images(derived, source)]
+    uses = _base_image_uses(derived, source, suite)
+    changes = [*_prebuilt_image_dropped(derived, source, arch), *_base_images(uses)]
     if source.verifier is not None:
         changes.append(_verifier_line(source))
     return TaskDerivation(
@@ -63,6 +71,7 @@ def derive_task(upstream: Path, derived: Path, source: TaskSource, arch: str) ->
         derived_tree=tree_digest(derived),
         changes=tuple(changes),
         settings=read_task_settings(derived),
+        base_images=uses,
     )
 
 
@@ -81,21 +90,30 @@ def _prebuilt_image_dropped(task: Path, source: TaskSource, arch: str) -> list[s
     ]
 
 
-def _base_images(task: Path, source: TaskSource) -> list[str]:
-    """The Dockerfile is not edited: the lab tags its image with the ``FROM`` name."""
+def _base_image_uses(task: Path, source: TaskSource, suite: str) -> tuple[BaseImageUse, ...]:
+    """Each ``FROM`` name the lock maps to a lab image (the Dockerfile is not edited: the lab
+    tags its image with the name)."""
     dockerfile = task / "environment" / "Dockerfile"
     if not dockerfile.is_file():
-        return []
-    lines = []
+        return ()
+    uses = []
     for name in dict.fromkeys(m["name"] for m in _FROM.finditer(dockerfile.read_text())):
         image = source.base_images.get(name)
-        if image is not None and image != name:
-            kind = "registry image pinned by digest" if "@sha256:" in image else "local substitute"
-            lines.append(
-                f"environment/Dockerfile: FROM {name} is the lab's {image} ({kind}; "
-                "the file is unchanged)"
-            )
-    return lines
+        if image is None or image == name:
+            continue
+        if registry_image(image) is not None:
+            uses.append(registry_image_use(name, image))
+        else:
+            uses.append(local_substitute_use(name, image, suite))
+    return tuple(uses)
+
+
+def _base_images(uses: tuple[BaseImageUse, ...]) -> list[str]:
+    return [
+        f"environment/Dockerfile: FROM {use.from_name} is the lab's {use.image} ({use.kind}; "
+        "the file is unchanged)"
+        for use in uses
+    ]
 
 
 def _verifier_line(source: TaskSource) -> str:
