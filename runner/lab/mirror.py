@@ -33,12 +33,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import Field
 
@@ -57,6 +58,10 @@ _NORMALIZE = re.compile(r"[-_.]+")
 READY_SECONDS = 30.0
 RELEASE_DATE = "Thu, 01 Jan 1970 00:00:00 UTC"
 _CONTENT_TYPES = {"index:simple": "text/html", "pypi": "text/html", "index": "text/plain"}
+# What the mirror serves of a resolution: the guest's debs (an apt-get in a task image finds
+# them too), the wheels, and what task builds recorded (runner.artifacts.recording).
+DEB_KINDS = ("deb", "build-deb")
+SERVED_KINDS = (*DEB_KINDS, "wheel", "verifier-wheel", "build-python")
 
 
 class MirrorRequest(FrozenModel):
@@ -68,6 +73,25 @@ class MirrorRequest(FrozenModel):
     status: int
     item: str = Field(description="deb:<file>, pypi:<project>, wheel:<file>, index:<file>, ...")
     miss: bool = Field(description="a package or project the frozen set does not have")
+    upstream: bool = Field(
+        default=False, description="not in the frozen set: served from upstream (recording)"
+    )
+
+    LATE_FIELDS = frozenset({"upstream"})
+
+
+class Upstream(Protocol):
+    """Where a recording mirror takes what the frozen set does not have (runner.artifacts.
+    recording); the lab's own mirror has none and refuses it."""
+
+    def packages_index(self, frozen: bytes) -> bytes:
+        """The apt index to serve: the frozen set's stanzas and the upstream's."""
+
+    def file(self, kind: str, name: str) -> bytes | None:
+        """A deb (its index path) or a PyPI file the frozen set lacks, fetched and recorded."""
+
+    def project_page(self, name: str) -> bytes | None:
+        """The simple-index page of a project the frozen set lacks (None: upstream has none)."""
 
 
 def project_name(name: str) -> str:
@@ -77,11 +101,10 @@ def project_name(name: str) -> str:
 
 @dataclass(frozen=True)
 class FrozenSet:
-    """What the mirror may serve: files by name, the apt index, the simple index."""
+    """What the mirror may serve: files by name, the apt index's stanzas, the simple index."""
 
     files: dict[str, PinnedArtifact]
     packages_index: bytes
-    release: bytes
     projects: dict[str, tuple[PinnedArtifact, ...]]
 
     @classmethod
@@ -91,19 +114,17 @@ class FrozenSet:
         kept = [
             artifact
             for artifact in resolution.artifacts
-            if artifact.kind in ("deb", "wheel", "verifier-wheel")
-            and project_name(artifact.name) not in withhold
+            if artifact.kind in SERVED_KINDS and project_name(artifact.name) not in withhold
         ]
-        debs = [artifact for artifact in kept if artifact.kind == "deb"]
+        debs = [artifact for artifact in kept if artifact.kind in DEB_KINDS]
         packages = _packages_index(debs, store)
         projects: dict[str, list[PinnedArtifact]] = {}
         for artifact in kept:
-            if artifact.kind != "deb":
+            if artifact.kind not in DEB_KINDS:
                 projects.setdefault(project_name(artifact.name), []).append(artifact)
         return cls(
             files={artifact.filename: artifact for artifact in kept},
             packages_index=packages,
-            release=_release(packages),
             projects={name: tuple(items) for name, items in projects.items()},
         )
 
@@ -164,7 +185,7 @@ def read_requests(path: Path, offset: int) -> tuple[tuple[MirrorRequest, ...], i
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: _MirrorServer
+    server: MirrorServer
 
     def do_GET(self) -> None:
         self._answer(send_body=True)
@@ -175,6 +196,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, send_body: bool) -> None:
         body, item, miss = self.server.answer(self.path.split("?", 1)[0])
+        from_upstream = body is not None and miss
         status = HTTPStatus.OK if body is not None else HTTPStatus.NOT_FOUND
         self.server.log.write(
             MirrorRequest(
@@ -183,7 +205,8 @@ class _Handler(BaseHTTPRequestHandler):
                 path=self.path,
                 status=status.value,
                 item=item,
-                miss=miss,
+                miss=miss and not from_upstream,
+                upstream=from_upstream,
             )
         )
         payload = body if body is not None else b"not in the frozen set\n"
@@ -199,15 +222,32 @@ class _Handler(BaseHTTPRequestHandler):
         """The mirror log is the record; no stderr line per request."""
 
 
-class _MirrorServer(ThreadingHTTPServer):
+class MirrorServer(ThreadingHTTPServer):
+    """The mirror on 127.0.0.1:``port``: the frozen set, and from ``upstream`` (recording
+    mode only) what the set lacks."""
+
     daemon_threads = True
 
-    def __init__(self, port: int, frozen: FrozenSet, store: ArtifactStore, log: MirrorLog) -> None:
+    def __init__(
+        self,
+        port: int,
+        frozen: FrozenSet,
+        store: ArtifactStore,
+        log: MirrorLog,
+        upstream: Upstream | None = None,
+    ) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
-        self.frozen, self.store, self.log = frozen, store, log
+        self.frozen, self.store, self.log, self.upstream = frozen, store, log, upstream
+        index = (
+            frozen.packages_index
+            if upstream is None
+            else upstream.packages_index(frozen.packages_index)
+        )
+        self.packages_index, self.release = index, _release(index)
 
     def answer(self, path: str) -> tuple[bytes | None, str, bool]:
-        """The body (None: 404), what was asked, and whether it is a miss."""
+        """The body (None: 404), what was asked, and whether the frozen set lacks it (a body
+        with a miss: recorded from upstream)."""
         parts = [part for part in path.split("/") if part not in ("", ".")]
         if parts[:1] == ["debian"]:
             return self._debian("/".join(parts[1:]))
@@ -219,9 +259,9 @@ class _MirrorServer(ThreadingHTTPServer):
 
     def _debian(self, name: str) -> tuple[bytes | None, str, bool]:
         if name == "Packages":
-            return self.frozen.packages_index, "index:Packages", False
+            return self.packages_index, "index:Packages", False
         if name == "Release":
-            return self.frozen.release, "index:Release", False
+            return self.release, "index:Release", False
         if _APT_OPTIONAL.match(name):
             return None, f"index:{name}", False
         return self._file(name, "deb")
@@ -239,37 +279,46 @@ class _MirrorServer(ThreadingHTTPServer):
         name = project_name(parts[0])
         files = self.frozen.projects.get(name)
         if files is None:
-            return None, f"pypi:{name}", True
-        links = "".join(
-            f'<a href="../../files/{html.escape(f.filename)}#sha256='
-            f'{f.sha256.removeprefix("sha256:")}">{html.escape(f.filename)}</a>\n'
-            for f in files
-        )
-        return (
-            f"<!DOCTYPE html><html><body>\n{links}</body></html>\n".encode(),
-            f"pypi:{name}",
-            False,
-        )
+            page = self.upstream.project_page(name) if self.upstream is not None else None
+            return page, f"pypi:{name}", True
+        return simple_page((f.filename, f.sha256) for f in files), f"pypi:{name}", False
 
     def _file(self, filename: str, kind: str) -> tuple[bytes | None, str, bool]:
-        artifact = self.frozen.files.get(filename)
+        artifact = self.frozen.files.get(filename.rsplit("/", 1)[-1])
         if artifact is None:
-            return None, f"{kind}:{filename}", True
+            body = self.upstream.file(kind, filename) if self.upstream is not None else None
+            return body, f"{kind}:{filename}", True
         return self.store.blob(artifact.sha256).read_bytes(), f"{kind}:{filename}", False
 
 
+def simple_page(files: Iterable[tuple[str, str]]) -> bytes:
+    """A PEP 503 project page of (filename, sha256) links into the mirror's /files/."""
+    links = "".join(
+        f'<a href="../../files/{html.escape(filename)}#sha256='
+        f'{sha256.removeprefix("sha256:")}">{html.escape(filename)}</a>\n'
+        for filename, sha256 in files
+    )
+    return f"<!DOCTYPE html><html><body>\n{links}</body></html>\n".encode()
+
+
 def serve(
-    resolution_file: Path, port: int, log_path: Path, withhold: frozenset[str] = frozenset()
+    resolution_file: Path,
+    port: int,
+    log_path: Path,
+    withhold: frozenset[str] = frozenset(),
+    upstream: Callable[[ArtifactStore], Upstream] | None = None,
 ) -> None:
+    """Serve until stopped (SIGTERM, or the parent gone); ``upstream``: recording mode."""
     store = ArtifactStore(CachePaths.default())
     frozen = FrozenSet.of(read_model(resolution_file, Resolution), store, withhold)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with _MirrorServer(port, frozen, store, MirrorLog(log_path)) as server:
+    answers = upstream(store) if upstream is not None else None
+    with MirrorServer(port, frozen, store, MirrorLog(log_path), answers) as server:
         threading.Thread(target=_stop_with_parent, args=(server,), daemon=True).start()
         server.serve_forever()
 
 
-def _stop_with_parent(server: _MirrorServer) -> None:
+def _stop_with_parent(server: MirrorServer) -> None:
     """A runner killed with SIGKILL cannot stop its mirror: the mirror stops itself when its
     parent is gone (it is re-parented), so the next runner finds the port free."""
     parent = os.getppid()
@@ -300,6 +349,11 @@ def start_mirror(
         "--port", str(port), "--log", str(log_path),
         *(arg for name in withhold for arg in ("--withhold", name)),
     ]  # fmt: skip
+    return start_server(command, port)
+
+
+def start_server(command: list[str], port: int) -> subprocess.Popen[bytes]:
+    """``command`` started, returned once 127.0.0.1:``port`` accepts connections."""
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + READY_SECONDS
     while time.monotonic() < deadline:

@@ -29,15 +29,18 @@ from runner.spec.lock import Lock, load_lock
 # "verifier-wheel": a wheel the tasks' verifiers install (lock tasks.verifier), served by the lab's
 # package mirror; "wheel": Harbor's venv in the guest. "oci-image": a registry base image as an
 # OCI archive (runner.artifacts.oci); its name is the repository, its version the manifest digest.
+# build-deb, build-python: what a task's image build took from the lab's mirror beyond the
+# rest, recorded from the build itself (runner.artifacts.recording); never installed in the guest.
 ArtifactKind = Literal[
-    "deb", "wheel", "verifier-wheel", "npm", "node-binary", "bun-binary", "oci-image"
-]
+    "deb", "wheel", "verifier-wheel", "npm", "node-binary", "bun-binary", "oci-image",
+    "build-deb", "build-python",
+]  # fmt: skip
 
 
 class PinnedArtifact(FrozenModel):
     """One file the guest installs, as fetched from its source and kept in the artifact store."""
 
-    LATE_FIELDS = frozenset({"suite"})
+    LATE_FIELDS = frozenset({"suite", "tasks"})
 
     kind: ArtifactKind
     name: str = Field(min_length=1)
@@ -51,6 +54,9 @@ class PinnedArtifact(FrozenModel):
         default=(), description="npm: the harnesses whose dependency tree holds this package"
     )
     suite: Slug | None = Field(default=None, description="deb: the suite it was taken from")
+    tasks: tuple[Slug, ...] = Field(
+        default=(), description="build-*: the tasks whose image build took this file"
+    )
 
     @property
     def sort_key(self) -> tuple[str, str, str, str]:

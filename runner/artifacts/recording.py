@@ -1,0 +1,261 @@
+"""The lab's mirror in recording mode: what a task's build asks for beyond the frozen set is
+fetched from the registries the host reaches, checked, kept and recorded.
+
+The lab's own mirror (runner.lab.mirror) serves the frozen set and refuses anything else. To
+learn what a task's image build needs, ``runner resolve --update`` builds it once against this
+mirror instead: apt's flat index is the frozen set's stanzas followed by the guest suite's own
+(from apt's signature-checked lists), so a ``Filename: pool/...`` apt asks for is fetched from
+the Debian mirror and must match the index's SHA256 and size; a PyPI project the set lacks is
+served as a simple-index page made from the upstream's PEP 691 JSON, and the file pip or uv then
+takes is fetched and must match the sha256 the upstream listed. Each file is added to the
+artifact store and recorded as a ``build-deb`` or ``build-python`` artifact of the task being
+built (``tasks``); ``merge_recorded`` puts the record into the resolution. Nothing is recorded
+that was not served, and a fetch that fails is a 404 to the build, its error in the record.
+
+    python -m runner.artifacts.recording --resolution FILE --port PORT --log FILE
+        --record FILE --task ID --debian-mirror URL --packages FILE --python-index URL
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+from debian.deb822 import Packages
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+
+from runner.artifacts.http import get_json, new_session, retrying
+from runner.cache.store import ArtifactStore
+from runner.core.errors import RunnerError
+from runner.core.models import FrozenModel
+from runner.core.signals import take_sigterm
+from runner.lab.mirror import serve, simple_page
+from runner.spec.resolution import ArtifactKind, PinnedArtifact, Resolution
+
+_SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+
+
+class RecordedFailure(FrozenModel):
+    """A file the build asked for that the upstream could not give as its index said."""
+
+    url: str
+    error: str
+
+
+@dataclass
+class _Record:
+    """What was served from upstream, appended as JSON Lines as it happens (one writer)."""
+
+    path: Path
+    task: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def write(self, line: PinnedArtifact | RecordedFailure) -> None:
+        with self.lock, self.path.open("a") as record:
+            record.write(line.model_dump_json() + "\n")
+
+
+@dataclass(frozen=True)
+class _Listed:
+    """A file an upstream index lists: where it is, and what it must be."""
+
+    url: str
+    sha256: str
+    size: int | None
+    name: str
+    version: str
+
+
+def _download(url: str) -> bytes:
+    async def fetch() -> bytes:
+        async with new_session() as session:
+            async for attempt in retrying():
+                with attempt:
+                    async with session.get(url) as response:
+                        return await response.read()
+        raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    return asyncio.run(fetch())
+
+
+def _project_files(index: str, name: str) -> list[dict[str, object]] | None:
+    async def fetch() -> list[dict[str, object]] | None:
+        async with new_session() as session:
+            page = await get_json(session, f"{index.rstrip('/')}/{name}/", _SIMPLE_JSON)
+        return None if page is None else list(page.get("files", []))
+
+    return asyncio.run(fetch())
+
+
+def _python_version(filename: str) -> str | None:
+    try:
+        return str(parse_wheel_filename(filename)[1])
+    except InvalidWheelFilename:
+        pass
+    try:
+        return str(parse_sdist_filename(filename)[1])
+    except InvalidSdistFilename:
+        return None
+
+
+class RecordingUpstream:
+    """runner.lab.mirror's Upstream: the Debian suite's index and a PyPI index, recorded."""
+
+    def __init__(
+        self, store: ArtifactStore, record: _Record, debian_mirror: str, packages: bytes,
+        python_index: str, suite: str,
+    ) -> None:  # fmt: skip
+        self.store, self.record, self.suite = store, record, suite
+        self.debian_mirror, self.python_index = debian_mirror.rstrip("/"), python_index
+        self.upstream_packages = packages
+        self.debs: dict[str, _Listed] = {}
+        for stanza in Packages.iter_paragraphs(packages.decode(), use_apt_pkg=False):
+            self.debs[stanza["Filename"]] = _Listed(
+                f"{self.debian_mirror}/{stanza['Filename']}", "sha256:" + stanza["SHA256"],
+                int(stanza["Size"]), stanza["Package"], stanza["Version"],
+            )  # fmt: skip
+        self.python_files: dict[str, _Listed] = {}
+        self._lock = threading.Lock()
+
+    def packages_index(self, frozen: bytes) -> bytes:
+        return (
+            frozen.rstrip(b"\n") + b"\n\n" + self.upstream_packages
+            if frozen
+            else (self.upstream_packages)
+        )
+
+    def project_page(self, name: str) -> bytes | None:
+        files = _project_files(self.python_index, name)
+        if not files:
+            return None
+        listed = []
+        for entry in files:
+            filename, hashes = str(entry["filename"]), entry.get("hashes")
+            sha256 = hashes.get("sha256") if isinstance(hashes, dict) else None
+            version = _python_version(filename)
+            if sha256 is None or version is None or entry.get("yanked"):
+                continue
+            url = str(entry["url"])
+            size = entry.get("size")
+            with self._lock:
+                self.python_files[filename] = _Listed(
+                    url, f"sha256:{sha256}", int(size) if isinstance(size, int) else None,
+                    name, version,
+                )  # fmt: skip
+            listed.append((filename, f"sha256:{sha256}"))
+        return simple_page(listed)
+
+    def file(self, kind: str, name: str) -> bytes | None:
+        if kind == "deb":
+            return self._fetch(self.debs.get(name), name.rsplit("/", 1)[-1], "build-deb")
+        with self._lock:
+            listed = self.python_files.get(name)
+        return self._fetch(listed, name, "build-python")
+
+    def _fetch(self, listed: _Listed | None, filename: str, kind: ArtifactKind) -> bytes | None:
+        if listed is None:
+            return None
+        try:
+            data = _download(listed.url)
+        except (aiohttp.ClientError, TimeoutError) as error:
+            self.record.write(RecordedFailure(url=listed.url, error=str(error) or "timed out"))
+            return None
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        if digest != listed.sha256 or (listed.size is not None and len(data) != listed.size):
+            self.record.write(
+                RecordedFailure(
+                    url=listed.url,
+                    error=f"got {digest} ({len(data)} bytes), the index says {listed.sha256}",
+                )
+            )
+            return None
+        self.store.add_bytes(data, filename)
+        self.record.write(
+            PinnedArtifact(
+                kind=kind,
+                name=listed.name,
+                version=listed.version,
+                url=listed.url,
+                filename=filename,
+                sha256=digest,
+                size=len(data),
+                suite=self.suite if kind == "build-deb" else None,
+                tasks=(self.record.task,),
+            )
+        )
+        return data
+
+
+def read_record(path: Path) -> tuple[tuple[PinnedArtifact, ...], tuple[RecordedFailure, ...]]:
+    """The artifacts a recording served, and the fetches that failed."""
+    served, failed = [], []
+    for line in path.read_text().splitlines() if path.is_file() else ():
+        if '"kind"' in line:
+            served.append(PinnedArtifact.model_validate_json(line))
+        else:
+            failed.append(RecordedFailure.model_validate_json(line))
+    return tuple(served), tuple(failed)
+
+
+def merge_recorded(resolution: Resolution, recorded: tuple[PinnedArtifact, ...]) -> Resolution:
+    """``resolution`` with the recorded files: one artifact per file, naming every task whose
+    build took it; the tasks recorded now replace what the resolution said of them before."""
+    tasks = {task for artifact in recorded for task in artifact.tasks}
+    kept: dict[str, PinnedArtifact] = {}
+    for artifact in resolution.artifacts:
+        if artifact.kind in ("build-deb", "build-python"):
+            others = tuple(task for task in artifact.tasks if task not in tasks)
+            if not others:
+                continue
+            artifact = artifact.model_copy(update={"tasks": others})
+        kept[f"{artifact.kind}:{artifact.sha256}"] = artifact
+    for artifact in recorded:
+        key = f"{artifact.kind}:{artifact.sha256}"
+        if key in kept:
+            merged = tuple(sorted({*kept[key].tasks, *artifact.tasks}))
+            artifact = kept[key].model_copy(update={"tasks": merged})
+        kept[key] = artifact
+    ordered = sorted(kept.values(), key=lambda artifact: artifact.sort_key)
+    content = resolution.model_dump(mode="json", exclude={"environment_fingerprint"})
+    # Validated again without its fingerprint: the new artifacts give the new one.
+    return Resolution.model_validate(
+        {**content, "artifacts": [artifact.model_dump(mode="json") for artifact in ordered]}
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m runner.artifacts.recording")
+    for option in ("--resolution", "--log", "--record", "--packages"):
+        parser.add_argument(option, type=Path, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    for option in ("--task", "--debian-mirror", "--python-index", "--suite"):
+        parser.add_argument(option, required=True)
+    args = parser.parse_args()
+    take_sigterm()  # stopped with SIGTERM, as the lab's own mirror
+
+    def upstream(store: ArtifactStore) -> RecordingUpstream:
+        return RecordingUpstream(
+            store, _Record(args.record, args.task), args.debian_mirror, args.packages.read_bytes(),
+            args.python_index, args.suite,
+        )  # fmt: skip
+
+    try:
+        serve(args.resolution, args.port, args.log, upstream=upstream)
+    except (RunnerError, OSError) as error:
+        print(f"recording mirror: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""A stand-in for the upstream registries a recording mirror fetches from (deb.debian.org and
+pypi.org), on 127.0.0.1: a Debian pool with one real .deb (built with dpkg-deb) and its
+Packages stanza, and a PEP 691 simple index with one real wheel. Only for the tests: the lab
+reaches the real registries through the host."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import subprocess
+import threading
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+DEB_POOL_PATH = "pool/main/b/bench-extra/bench-extra_1.0_all.deb"
+WHEEL_NAME = "bench_extra-2.0-py3-none-any.whl"
+
+
+@dataclass(frozen=True)
+class Upstream:
+    url: str  # http://127.0.0.1:<port>
+    packages: bytes  # the Debian index's stanzas (Filename: pool/...)
+    deb: bytes
+    wheel: bytes
+    requests: list[str]  # every path asked, in order
+
+    @property
+    def debian_mirror(self) -> str:
+        return f"{self.url}/debian"
+
+    @property
+    def python_index(self) -> str:
+        return f"{self.url}/simple"
+
+
+def built_deb(work: Path, name: str, version: str) -> bytes:
+    package = work / f"{name}-tree"
+    (package / "DEBIAN").mkdir(parents=True)
+    (package / "usr" / "share" / name).mkdir(parents=True)
+    (package / "usr" / "share" / name / "README").write_text(f"{name} {version}\n")
+    (package / "DEBIAN" / "control").write_text(
+        f"Package: {name}\nVersion: {version}\nArchitecture: all\nMaintainer: bench <b@x>\n"
+        "Description: a package of the recording test\n"
+    )
+    deb = work / f"{name}_{version}_all.deb"
+    subprocess.run(["dpkg-deb", "--build", str(package), str(deb)], check=True, capture_output=True)
+    return deb.read_bytes()
+
+
+def built_wheel() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as wheel:
+        wheel.writestr("bench_extra/__init__.py", "VALUE = 2\n")
+        info = "bench_extra-2.0.dist-info"
+        wheel.writestr(
+            f"{info}/METADATA", "Metadata-Version: 2.1\nName: bench-extra\nVersion: 2.0\n"
+        )
+        wheel.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        wheel.writestr(f"{info}/RECORD", "")
+    return buffer.getvalue()
+
+
+def _stanza(deb: bytes, work: Path) -> bytes:
+    path = work / "probe.deb"
+    path.write_bytes(deb)
+    control = subprocess.run(
+        ["dpkg-deb", "-f", str(path)], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return (
+        f"{control}\nFilename: {DEB_POOL_PATH}\nSize: {len(deb)}\n"
+        f"SHA256: {hashlib.sha256(deb).hexdigest()}\n"
+    ).encode()
+
+
+@contextmanager
+def upstream_standin(work: Path) -> Iterator[Upstream]:
+    deb, wheel = built_deb(work, "bench-extra", "1.0"), built_wheel()
+    requests: list[str] = []
+    files = {f"/debian/{DEB_POOL_PATH}": deb, f"/files/{WHEEL_NAME}": wheel}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            requests.append(self.path)
+            body = files.get(self.path)
+            if self.path == "/simple/bench-extra/":
+                url = f"http://127.0.0.1:{server.server_address[1]}/files/{WHEEL_NAME}"
+                body = json.dumps({"meta": {"api-version": "1.1"}, "name": "bench-extra", "files": [
+                    {"filename": WHEEL_NAME, "url": url, "size": len(wheel),
+                     "hashes": {"sha256": hashlib.sha256(wheel).hexdigest()}},
+                ]}).encode()  # fmt: skip
+            self.send_response(200 if body is not None else 404)
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield Upstream(
+            f"http://127.0.0.1:{server.server_address[1]}", _stanza(deb, work), deb, wheel, requests
+        )
+    finally:
+        server.shutdown()
+        server.server_close()

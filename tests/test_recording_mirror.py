@@ -1,0 +1,204 @@
+"""The recording mirror (runner.artifacts.recording) on loopback, with real apt and real pip as
+a task's build runs them: asked for a package outside the frozen set, the lab's mirror refuses
+it and the build's own words name it; built once against the recording mirror, the package is
+fetched from the upstream (a loopback stand-in for deb.debian.org and pypi.org), checked and
+recorded under the task; merged into the resolution, it is then served offline, byte-identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from runner.artifacts.recording import merge_recorded, read_record
+from runner.cache.paths import CachePaths
+from runner.cache.store import ArtifactStore
+from runner.core.files import read_model, write_model
+from runner.core.processes import stop_process
+from runner.core.roots import CACHE_ENV
+from runner.guest.build_report import missing_packages
+from runner.lab.mirror import read_requests, running_mirror, start_server
+from runner.spec.resolution import PinnedArtifact, Resolution, ResolverTools
+from tests.support.upstream_standin import DEB_POOL_PATH, WHEEL_NAME, Upstream, upstream_standin
+
+TASK = "needs-extras"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def resolution_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    resolution = Resolution(
+        lock_name="recording-test",
+        lock_environment="sha256:" + "1" * 64,
+        arch="aarch64",
+        suite="trixie",
+        tools=ResolverTools(apt="apt 3", npm="11", pip="pip 25"),
+        artifacts=(),
+        harness_trees=(),
+    )
+    path = tmp_path / "recording-test.resolved.json"
+    write_model(path, resolution)
+    return path
+
+
+def apt_download(mirror: str, work: Path, package: str) -> subprocess.CompletedProcess[str]:
+    """``apt-get update && apt-get download`` against ``mirror``, as a build's apt asks."""
+    root = work / "apt"
+    for directory in ("lists/partial", "cache/archives/partial", "etc/apt.conf.d"):
+        (root / directory).mkdir(parents=True, exist_ok=True)
+    (root / "status").touch()
+    (root / "sources.list").write_text(f"deb [trusted=yes] {mirror}/debian ./\n")
+    settings = {
+        "Dir::State": root, "Dir::State::Lists": root / "lists", "Dir::State::status":
+        root / "status", "Dir::Cache": root / "cache", "Dir::Etc::SourceList":
+        root / "sources.list", "Dir::Etc::SourceParts": root / "etc", "Dir::Etc::Parts":
+        root / "etc/apt.conf.d", "APT::Sandbox::User": "root", "Acquire::Languages": "none",
+    }  # fmt: skip
+    (root / "apt.conf").write_text("".join(f'{k} "{v}";\n' for k, v in settings.items()))
+    env = {**os.environ, "APT_CONFIG": str(root / "apt.conf")}
+    (work / "got").mkdir(exist_ok=True)
+    return subprocess.run(
+        f"apt-get update -q && apt-get download -q {package}", shell=True, cwd=work / "got",
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def pip_download(mirror: str, work: Path, requirement: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir",
+         "--index-url", f"{mirror}/simple/", "-d", str(work / "got"), requirement],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+@contextmanager
+def recording_mirror(
+    resolution: Path, upstream: Upstream, work: Path, packages: bytes | None = None
+) -> Iterator[tuple[str, Path, Path]]:
+    work.mkdir(parents=True, exist_ok=True)
+    port, log, record = free_port(), work / "mirror.jsonl", work / "record.jsonl"
+    index = work / "upstream-Packages"
+    index.write_bytes(upstream.packages if packages is None else packages)
+    process = start_server(
+        [sys.executable, "-m", "runner.artifacts.recording", "--resolution", str(resolution),
+         "--port", str(port), "--log", str(log), "--record", str(record), "--task", TASK,
+         "--debian-mirror", upstream.debian_mirror, "--packages", str(index),
+         "--python-index", upstream.python_index, "--suite", "trixie"],
+        port,
+    )  # fmt: skip
+    try:
+        yield f"http://127.0.0.1:{port}", log, record
+    finally:
+        stop_process(process, 10)
+
+
+@contextmanager
+def lab_mirror_at(resolution: Path, work: Path) -> Iterator[str]:
+    work.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    with running_mirror(resolution, port, work / "lab-mirror.jsonl"):
+        yield f"http://127.0.0.1:{port}"
+
+
+def test_outside_the_frozen_set_named_then_recorded_then_served_offline_byte_identical(
+    tmp_path: Path, resolution_file: Path
+) -> None:
+    frozen = tmp_path / "frozen"
+    with lab_mirror_at(resolution_file, frozen) as mirror:
+        apt, pip = (
+            apt_download(mirror, frozen, "bench-extra"),
+            pip_download(mirror, frozen, "bench-extra==2.0"),
+        )
+    assert apt.returncode != 0 and missing_packages(apt.stdout + apt.stderr) == ("bench-extra",)
+    assert pip.returncode != 0 and missing_packages(pip.stderr) == ("bench-extra==2.0",)
+
+    recording = tmp_path / "recording"
+    with upstream_standin(tmp_path) as upstream:
+        with recording_mirror(resolution_file, upstream, recording) as (mirror, log, record):
+            apt = apt_download(mirror, recording, "bench-extra")
+            pip = pip_download(mirror, recording, "bench-extra==2.0")
+            upstream_asked = list(upstream.requests)
+        deb, wheel = upstream.deb, upstream.wheel
+    assert apt.returncode == 0, apt.stdout + apt.stderr
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    assert f"/debian/{DEB_POOL_PATH}" in upstream_asked and f"/files/{WHEEL_NAME}" in upstream_asked
+    served, failed = read_record(record)
+    assert failed == ()
+    assert sorted((a.kind, a.name, a.version, a.tasks) for a in served) == [
+        ("build-deb", "bench-extra", "1.0", (TASK,)),
+        ("build-python", "bench-extra", "2.0", (TASK,)),
+    ]
+    requests, _ = read_requests(log, 0)
+    assert {request.item for request in requests if request.upstream} == {
+        f"deb:{DEB_POOL_PATH}",
+        "pypi:bench-extra",
+        f"wheel:{WHEEL_NAME}",
+    }
+    assert not any(request.miss for request in requests)
+
+    merged = merge_recorded(read_model(resolution_file, Resolution), served)
+    write_model(resolution_file, merged)
+    offline = tmp_path / "offline"  # the upstream is gone: only the store serves now
+    with lab_mirror_at(resolution_file, offline) as mirror:
+        apt = apt_download(mirror, offline, "bench-extra")
+        pip = pip_download(mirror, offline, "bench-extra==2.0")
+    assert apt.returncode == 0, apt.stdout + apt.stderr
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    assert (offline / "got" / "bench-extra_1.0_all.deb").read_bytes() == deb
+    assert (offline / "got" / WHEEL_NAME).read_bytes() == wheel
+
+
+def test_a_file_unlike_its_index_entry_is_refused_and_its_failure_recorded(
+    tmp_path: Path, resolution_file: Path
+) -> None:
+    with upstream_standin(tmp_path) as upstream:
+        lying = upstream.packages.split(b"SHA256: ")[0] + b"SHA256: " + b"0" * 64 + b"\n"
+        with recording_mirror(resolution_file, upstream, tmp_path, lying) as (mirror, _, record):
+            apt = apt_download(mirror, tmp_path, "bench-extra")
+        deb_digest = "sha256:" + hashlib.sha256(upstream.deb).hexdigest()
+    assert apt.returncode != 0
+    served, failed = read_record(record)
+    assert served == ()
+    assert [failure.url.endswith(DEB_POOL_PATH) for failure in failed] == [True]
+    assert "the index says sha256:" + "0" * 64 in failed[0].error
+    assert not ArtifactStore(CachePaths.default()).has(deb_digest)
+
+
+def artifact(kind: str, digit: str, tasks: tuple[str, ...]) -> PinnedArtifact:
+    return PinnedArtifact.model_validate(
+        {"kind": kind, "name": f"p{digit}", "version": "1", "url": f"https://x/{digit}",
+         "filename": f"p{digit}.deb", "sha256": "sha256:" + digit * 64, "size": 1, "tasks": tasks}
+    )  # fmt: skip
+
+
+def test_merging_a_record_names_every_task_of_a_file_and_replaces_the_recorded_tasks(
+    resolution_file: Path,
+) -> None:
+    before = read_model(resolution_file, Resolution).model_copy(
+        update={"artifacts": (
+            artifact("deb", "9", ()),
+            artifact("build-deb", "1", ("a",)),
+            artifact("build-deb", "2", ("a", "b")),
+            artifact("build-deb", "3", ("b",)),
+        )}
+    )  # fmt: skip
+    after = merge_recorded(before, (artifact("build-deb", "3", ("a",)),))
+    by_digit = {a.name: a.tasks for a in after.artifacts}
+    # a was built again: its old files leave unless another task has them; 3 now names both
+    assert by_digit == {"p9": (), "p2": ("b",), "p3": ("a", "b")}
+    assert json.loads(after.model_dump_json())["artifacts"][0]["kind"] == "build-deb"
