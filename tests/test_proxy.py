@@ -24,6 +24,7 @@ from runner.proxy.bearer import BEARER_PREFIX, BEARER_SHAPE, new_bearer
 from runner.records.paths import RunPaths
 from runner.run.scan import scan_run
 from runner.spec.lock import Model
+from tests.support.tls import LoopbackCA, make_ca
 
 KEY_ENV = "PROXY_TEST_PROVIDER_KEY"
 KEY = "real-provider-key-" + "x" * 24
@@ -46,7 +47,7 @@ def scripted_model(api: str = "openai-completions") -> Model:
     )  # type: ignore[arg-type]
 
 
-def upstream_model(base_url: str) -> Model:
+def upstream_model(base_url: str, ca_bundle: Path | None = None) -> Model:
     return Model(
         id="upstream",
         provider="test",
@@ -55,6 +56,7 @@ def upstream_model(base_url: str) -> Model:
         api="openai-completions",
         base_url=base_url,
         key_env=KEY_ENV,
+        ca_bundle=None if ca_bundle is None else str(ca_bundle),
     )
 
 
@@ -65,6 +67,11 @@ def soon(seconds: float = 300) -> datetime:
 @pytest.fixture
 def paths(tmp_path: Path) -> RunPaths:
     return RunPaths(tmp_path / "run")
+
+
+@pytest.fixture
+def ca(tmp_path: Path) -> LoopbackCA:
+    return make_ca(tmp_path / "ca")
 
 
 @pytest.fixture
@@ -245,17 +252,21 @@ def test_an_unreachable_provider_is_a_502_and_still_a_physical_post(
 def with_upstream(
     handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
     body: Callable[[str], Awaitable[None]],
+    tls: LoopbackCA | None = None,
 ) -> None:
-    """Run ``body(upstream base URL)`` while a test upstream server answers with ``handler``."""
+    """Run ``body(upstream base URL)`` while a test upstream server answers with ``handler``:
+    over HTTPS with a certificate of ``tls``'s CA if given."""
 
     async def main() -> None:
         app = web.Application()
         app.router.add_post("/{tail:.*}", handler)
         runner = web.AppRunner(app)
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        ssl_context = None if tls is None else tls.server
+        await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context).start()
+        scheme = "http" if tls is None else "https"
         try:
-            await body(f"http://127.0.0.1:{runner.addresses[0][1]}/v1")
+            await body(f"{scheme}://127.0.0.1:{runner.addresses[0][1]}/v1")
         finally:
             await runner.cleanup()
 
@@ -264,11 +275,15 @@ def with_upstream(
 
 @asynccontextmanager
 async def chat_through(
-    proxy: CredentialProxy, base_url: str, path: str = "/chat/completions"
+    proxy: CredentialProxy,
+    base_url: str,
+    path: str = "/chat/completions",
+    ca_bundle: Path | None = None,
 ) -> AsyncIterator[tuple[str, aiohttp.ClientResponse]]:
     """A cell opened for the upstream at ``base_url`` and one chat request through it, as a
     guest's client sends it (a redirect not followed): the cell's bearer, the open response."""
-    bearer = await asyncio.to_thread(proxy.open_cell, "cell-1", upstream_model(base_url), soon())
+    model = upstream_model(base_url, ca_bundle)
+    bearer = await asyncio.to_thread(proxy.open_cell, "cell-1", model, soon())
     async with (
         aiohttp.ClientSession() as session,
         session.post(
@@ -428,3 +443,39 @@ def test_a_redirect_is_passed_to_the_guest_never_followed(
 
     with_upstream(upstream, client)
     assert followed == []
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_the_provider_is_verified_against_the_locks_ca_bundle(
+    proxy: CredentialProxy, ca: LoopbackCA, trusted: bool
+) -> None:
+    """A provider behind a private CA: with the lock's ca_bundle the proxy trusts it; without
+    one, the system trust store does not know the CA and the guest gets a 502."""
+
+    async def upstream(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"choices": []})
+
+    async def client(base_url: str) -> None:
+        async with chat_through(proxy, base_url, ca_bundle=ca.bundle if trusted else None) as (
+            _bearer,
+            response,
+        ):
+            assert response.status == (200 if trusted else 502)
+        counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+        assert [request.outcome for request in counts.requests] == [
+            "forwarded" if trusted else "upstream_failed"
+        ]
+
+    with_upstream(upstream, client, tls=ca)
+
+
+def test_a_ca_bundle_that_is_no_pem_file_is_one_line(
+    proxy: CredentialProxy, tmp_path: Path
+) -> None:
+    (tmp_path / "junk.pem").write_text("not a certificate\n")
+    for bundle, why in ((tmp_path / "absent.pem", "No such file"), (tmp_path / "junk.pem", "NO_C")):
+        model = upstream_model("https://127.0.0.1:9/v1", bundle)
+        with pytest.raises(RunnerError, match=f"ca_bundle .* no readable PEM CA bundle: {why}"):
+            proxy.open_cell("cell-1", model, soon())
+    with pytest.raises(ValueError, match="only for an https"):
+        upstream_model("http://127.0.0.1:9/v1", tmp_path / "junk.pem")

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import os
 import secrets
+import ssl
 import threading
 import time
 from collections.abc import Coroutine, Mapping
@@ -37,6 +38,7 @@ from multidict import CIMultiDict
 
 from runner.core.errors import RunnerError
 from runner.core.files import write_model
+from runner.core.roots import REPO_ROOT
 from runner.provider import PROVIDER_MARKER, ProviderScript, ScriptedProvider
 from runner.provider.server import LOOPBACK
 from runner.provider.shapes import shape_for_path
@@ -101,6 +103,7 @@ class _Cell:
     deadline: float  # epoch seconds
     upstream: str
     key: str
+    trust: ssl.SSLContext | bool  # True: the system trust store (aiohttp's default)
     opened_at: datetime
     physical_posts: int = 0
     rejected_requests: int = 0
@@ -228,6 +231,21 @@ def _upstream_failed(
     return web.json_response({"error": {"message": "provider unreachable"}}, status=502)
 
 
+def _upstream_trust(model: Model) -> ssl.SSLContext | bool:
+    """What verifies the provider's certificate: the lock's CA bundle (a private CA) if it
+    names one, else the system trust store."""
+    if model.ca_bundle is None:
+        return True
+    bundle = REPO_ROOT / model.ca_bundle
+    try:
+        return ssl.create_default_context(cafile=bundle)
+    except (OSError, ssl.SSLError) as error:
+        raise RunnerError(
+            f"model {model.id}: ca_bundle {bundle} is no readable PEM CA bundle: "
+            f"{getattr(error, 'reason', None) or error.strerror or type(error).__name__}"
+        ) from None
+
+
 class CredentialProxy:
     """Start it, then for each cell: ``open_cell`` -> bearer, run the harness, ``close_cell``."""
 
@@ -349,6 +367,7 @@ class CredentialProxy:
             upstream = await self._scripted_provider(key, script)
         else:
             upstream = model.base_url.rstrip("/")
+        trust = _upstream_trust(model)
         bearer = new_bearer()
         self._bearers.append(bearer)
         self._keys.add(key)
@@ -359,6 +378,7 @@ class CredentialProxy:
             deadline=deadline.timestamp(),
             upstream=upstream,
             key=key,
+            trust=trust,
             opened_at=datetime.now(UTC),
         )
         return bearer
@@ -478,6 +498,7 @@ class CredentialProxy:
                 headers=headers,
                 timeout=timeout,
                 allow_redirects=False,
+                ssl=cell.trust,
             ) as upstream:
                 exchange.mark_first_byte()
                 exchange.status = upstream.status
