@@ -235,17 +235,21 @@ def test_close_cancels_a_stalled_request(proxy: CredentialProxy, paths: RunPaths
     assert counts.requests[0].outcome == "cancelled"
 
 
-def test_an_unreachable_provider_is_a_502_and_still_a_physical_post(
-    proxy: CredentialProxy,
+def test_a_refused_connection_is_a_502_and_no_physical_post(
+    proxy: CredentialProxy, ca: LoopbackCA
 ) -> None:
+    """Not a byte reached the provider: the POST is "not sent", apart from the physical ones."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    bearer = proxy.open_cell("cell-1", upstream_model(f"http://127.0.0.1:{port}"), soon())
-    assert bearer_post(proxy, bearer)[0] == 502
+    model = upstream_model(f"https://127.0.0.1:{port}/v1", ca.bundle)
+    bearer = proxy.open_cell("cell-1", model, soon())
+    status, body = bearer_post(proxy, bearer)
+    assert status == 502 and b"not sent" in body
     counts = proxy.close_cell("cell-1")
-    assert counts.physical_posts == 1
-    assert counts.requests[0].outcome == "upstream_failed"
+    assert (counts.physical_posts, counts.unsent_posts) == (0, 1)
+    assert counts.requests[0].outcome == "not_sent"
+    assert counts.upstream_statuses == {"502": 1}  # the provider answered nothing but errors
     assert counts.provider_posts_received is None and counts.provider == "test"
 
 
@@ -462,9 +466,11 @@ def test_the_provider_is_verified_against_the_locks_ca_bundle(
         ):
             assert response.status == (200 if trusted else 502)
         counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+        # A certificate refused in the handshake: not a byte of the request reached anyone.
         assert [request.outcome for request in counts.requests] == [
-            "forwarded" if trusted else "upstream_failed"
+            "forwarded" if trusted else "not_sent"
         ]
+        assert (counts.physical_posts, counts.unsent_posts) == ((1, 0) if trusted else (0, 1))
 
     with_upstream(upstream, client, tls=ca)
 

@@ -106,6 +106,7 @@ class _Cell:
     trust: ssl.SSLContext | bool  # True: the system trust store (aiohttp's default)
     opened_at: datetime
     physical_posts: int = 0
+    unsent_posts: int = 0
     rejected_requests: int = 0
     requests: list[_Exchange] = field(default_factory=list)
     first_request: PromptFootprint | None = None
@@ -209,6 +210,20 @@ async def _stream_answer(
         exchange.response_bytes += len(chunk)
     exchange.usage = meter.result()
     await response.write_eof()
+
+
+def _not_sent(
+    cell: _Cell, exchange: _Exchange, error: aiohttp.ClientConnectorError
+) -> web.Response:
+    """No connection to the provider (refused, DNS, TLS certificate): not a byte of the request
+    reached it, so it is no physical POST; the guest gets a 502 that says so."""
+    cell.physical_posts -= 1  # counted before the send, so that a cancelled send still counts
+    cell.unsent_posts += 1
+    exchange.outcome, exchange.status = "not_sent", 502
+    log.warning("proxy: cell %s: provider not reached: %s", cell.cell_id, type(error).__name__)
+    return web.json_response(
+        {"error": {"message": "provider not reached: the request was not sent"}}, status=502
+    )
 
 
 def _upstream_failed(
@@ -418,6 +433,7 @@ class CredentialProxy:
             opened_at=cell.opened_at,
             closed_at=datetime.now(UTC),
             physical_posts=cell.physical_posts,
+            unsent_posts=cell.unsent_posts,
             rejected_requests=cell.rejected_requests,
             provider_posts_received=(
                 self._provider.posts_received if scripted and self._provider else None
@@ -517,6 +533,8 @@ class CredentialProxy:
         except ConnectionResetError:
             exchange.outcome = "client_gone"
             return response
+        except aiohttp.ClientConnectorError as error:
+            return _not_sent(cell, exchange, error)
         except (aiohttp.ClientError, TimeoutError) as error:
             return _upstream_failed(request, cell, exchange, response, error)
 
