@@ -485,3 +485,70 @@ def test_a_ca_bundle_that_is_no_pem_file_is_one_line(
             proxy.open_cell("cell-1", model, soon())
     with pytest.raises(ValueError, match="only for an https"):
         upstream_model("http://127.0.0.1:9/v1", tmp_path / "junk.pem")
+
+
+@asynccontextmanager
+async def elsewhere() -> AsyncIterator[tuple[str, list[bytes]]]:
+    """A loopback listener that is no provider: its address, and what each connection sent."""
+    received: list[bytes] = []
+
+    async def take(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.append(await reader.read(65536))
+        writer.close()
+
+    server = await asyncio.start_server(take, "127.0.0.1", 0)
+    async with server:
+        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}", received
+
+
+async def raw_post(proxy: CredentialProxy, target: str, bearer: str) -> bytes:
+    """A POST with a request target as a client may write it (no client library tidies it)."""
+    port = int(proxy.base_url.rpartition(":")[2])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    body = json.dumps(CHAT).encode()
+    writer.write(
+        f"POST {target} HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer {bearer}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )
+    answer = await asyncio.wait_for(reader.read(), timeout=10)
+    writer.close()
+    return answer
+
+
+def test_the_key_goes_to_the_provider_origin_only(
+    paths: RunPaths, ca: LoopbackCA, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every way a request could leave for another origin: environment proxies, a redirect to
+    an absolute URL, request targets that name another host. Only the provider hears of it."""
+    provider_saw: list[tuple[str, str]] = []
+
+    async def upstream(request: web.Request) -> web.StreamResponse:
+        provider_saw.append((request.headers["Authorization"], request.path))
+        if request.query.get("go") == "away":
+            return web.Response(status=307, headers={"Location": request.query["to"]})
+        return web.json_response({"choices": []})
+
+    async def client(base_url: str) -> None:
+        async with elsewhere() as (address, received):
+            for variable in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+                monkeypatch.setenv(variable, f"http://{address}")
+            monkeypatch.setenv(KEY_ENV, KEY)
+            with CredentialProxy(paths) as proxy:
+                model = upstream_model(base_url, ca.bundle)
+                bearer = await asyncio.to_thread(proxy.open_cell, "cell-1", model, soon())
+                targets = (
+                    "/chat/completions",
+                    f"//{address}/chat/completions",
+                    f"https://{address}/chat/completions",
+                    f"/chat/completions?go=away&to=https://{address}/chat/completions",
+                )
+                answers = [await raw_post(proxy, target, bearer) for target in targets]
+                counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+            assert received == []
+        assert [answer.split(b" ", 2)[1] for answer in answers] == [b"200", b"200", b"200", b"307"]
+        assert counts.physical_posts == 4
+
+    with_upstream(upstream, client, tls=ca)
+    assert {auth for auth, _path in provider_saw} == {f"Bearer {KEY}"}
+    assert len(provider_saw) == 4

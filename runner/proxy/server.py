@@ -329,8 +329,11 @@ class CredentialProxy:
     # -- on the proxy's loop -----------------------------------------------------------------
 
     async def _start(self, port: int) -> str:
+        # The one place a request leaves the proxy. Never the environment's HTTP(S)_PROXY or
+        # .netrc (trust_env): through a proxy variable the request, and over plain http the key,
+        # would go to an origin the lock does not name.
         self._session = aiohttp.ClientSession(
-            auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None)
+            auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None), trust_env=False
         )
         # aiohttp's low-level server: _handle answers every method and path itself, so an
         # Application's router and middleware chain would only cost time (a tenth of the
