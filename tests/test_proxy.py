@@ -552,3 +552,52 @@ def test_the_key_goes_to_the_provider_origin_only(
     with_upstream(upstream, client, tls=ca)
     assert {auth for auth, _path in provider_saw} == {f"Bearer {KEY}"}
     assert len(provider_saw) == 4
+
+
+def test_guest_connections_slow_in_their_headers_are_closed(
+    paths: RunPaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three loopback connections: one silent, one trickling its head a byte at a time, one
+    idle after an answer. Each is closed within the header timeout (0.5 s) and a little."""
+
+    async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
+        try:
+            while await asyncio.wait_for(reader.read(65536), timeout=seconds):
+                pass
+        except TimeoutError:
+            return False
+        return True
+
+    async def trickle(writer: asyncio.StreamWriter) -> None:
+        writer.write(b"POST /chat/completions HTTP/1.1\r\nHost: proxy\r\n")
+        for byte in b"X-Slow: header-that-never-ends":
+            writer.write(bytes([byte]))
+            await asyncio.sleep(0.1)
+
+    async def main(proxy: CredentialProxy) -> None:
+        bearer = await asyncio.to_thread(
+            proxy.open_cell, "cell-1", scripted_model(), soon(), SCRIPT
+        )
+        port = int(proxy.base_url.rpartition(":")[2])
+        connections = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+        started = time.monotonic()
+        (silent, _), (slow, slow_writer), (idle, idle_writer) = connections
+        trickling = asyncio.create_task(trickle(slow_writer))
+        body = json.dumps(CHAT).encode()
+        idle_writer.write(
+            f"POST /chat/completions HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer {bearer}"
+            f"\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        head = await asyncio.wait_for(idle.readuntil(b"\r\n\r\n"), timeout=5)
+        assert head.startswith(b"HTTP/1.1 200 ")
+        closed = await asyncio.gather(*(closed_within(r, 3) for r in (silent, slow, idle)))
+        assert closed == [True, True, True] and time.monotonic() - started < 3
+        trickling.cancel()
+        for _, writer in connections:
+            writer.close()
+        await asyncio.to_thread(proxy.close_cell, "cell-1")
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    with CredentialProxy(paths, header_timeout=0.5) as proxy:
+        asyncio.run(main(proxy))

@@ -62,6 +62,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024  # a long agent context, sent whole with every request
+# A guest connection that has not finished a request's head this long after it opened, or after
+# its last answer, is closed: a client stalled (or trickling) in its headers holds a connection
+# no longer. Longer than a provider's own idle timeout would be of no use to a client's pool.
+HEADER_TIMEOUT_SECONDS = 60.0
 
 # Never forwarded upstream: the client's credentials, hop-by-hop headers, and what aiohttp sets.
 _REQUEST_HEADERS_DROPPED = frozenset(
@@ -265,10 +269,15 @@ class CredentialProxy:
     """Start it, then for each cell: ``open_cell`` -> bearer, run the harness, ``close_cell``."""
 
     def __init__(
-        self, paths: RunPaths, port: int = 0, keys: Mapping[str, str] | None = None
+        self,
+        paths: RunPaths,
+        port: int = 0,
+        keys: Mapping[str, str] | None = None,
+        header_timeout: float = HEADER_TIMEOUT_SECONDS,
     ) -> None:
         self._paths = paths
         self._port = port  # 0: any free loopback port; a lab's proxy port is fixed in lab.json
+        self._header_timeout = header_timeout
         # The real keys by variable name; None: read from this process's environment per cell.
         self._key_source: Mapping[str, str] = os.environ if keys is None else keys
         self._loop = uvloop.new_event_loop()  # libuv: about half the per-request overhead
@@ -338,7 +347,14 @@ class CredentialProxy:
         # aiohttp's low-level server: _handle answers every method and path itself, so an
         # Application's router and middleware chain would only cost time (a tenth of the
         # proxy's CPU per request).
-        server = web.Server(self._handle, request_factory=self._request, access_log=None)
+        # aiohttp's keep-alive timer runs from a connection's opening and from each answer, and
+        # closes the connection only while it waits for a request's head: the header timeout.
+        server = web.Server(
+            self._handle,
+            request_factory=self._request,
+            access_log=None,
+            keepalive_timeout=self._header_timeout,
+        )
         self._runner = web.ServerRunner(server)
         await self._runner.setup()
         await web.TCPSite(self._runner, LOOPBACK, port).start()
