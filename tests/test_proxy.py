@@ -601,3 +601,73 @@ def test_guest_connections_slow_in_their_headers_are_closed(
     monkeypatch.setenv(KEY_ENV, KEY)
     with CredentialProxy(paths, header_timeout=0.5) as proxy:
         asyncio.run(main(proxy))
+
+
+SHAPED = "sk-ant-api03-" + "Q" * 40  # a key of the provider's shape, not the cell's
+
+
+def test_keys_are_redacted_from_answers_headers_and_split_stream_chunks(
+    proxy: CredentialProxy, ca: LoopbackCA
+) -> None:
+    """The key and a key-shaped string, each split across two chunks of an event stream (and
+    in headers), never reach the guest; the stream still passes event by event."""
+    first_seen = asyncio.Event()
+    event = f'data: {{"error": "bad key {KEY}; try {SHAPED} or task-{"z" * 24}"}}\n\n'.encode()
+
+    async def upstream(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "X-Echo": f"Bearer {KEY}",
+                "X-Hint": SHAPED,
+            }
+        )
+        await response.prepare(request)
+        await response.write(b'data: {"choices":[]}\n\n')
+        await asyncio.wait_for(first_seen.wait(), timeout=5)
+        cuts = (event.index(KEY.encode()) + 5, event.index(SHAPED.encode()) + 9, len(event))
+        start = 0
+        for cut in cuts:
+            await response.write(event[start:cut])
+            await asyncio.sleep(0.05)  # each piece its own chunk
+            start = cut
+        await response.write_eof()
+        return response
+
+    async def client(base_url: str) -> None:
+        async with chat_through(proxy, base_url, ca_bundle=ca.bundle) as (_bearer, response):
+            assert await response.content.readuntil(b"\n\n") == b'data: {"choices":[]}\n\n'
+            first_seen.set()
+            rest = await response.read()
+            headers = dict(response.headers)
+        seen = rest + repr(headers).encode()
+        assert KEY.encode() not in seen and SHAPED.encode() not in seen
+        assert KEY[:5].encode() not in rest  # no piece of the key went ahead of the rest
+        assert rest == event.replace(KEY.encode(), b"[REDACTED]").replace(
+            SHAPED.encode(), b"[REDACTED]"
+        )
+        assert (headers["X-Echo"], headers["X-Hint"]) == ("Bearer [REDACTED]", "[REDACTED]")
+        counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+        assert counts.redactions == 4 == counts.requests[0].redactions
+
+    with_upstream(upstream, client, tls=ca)
+
+
+def test_a_key_in_a_json_answer_is_redacted_and_counted(
+    proxy: CredentialProxy, ca: LoopbackCA
+) -> None:
+    async def upstream(request: web.Request) -> web.StreamResponse:
+        message = f"Incorrect API key provided: {KEY}. Keys look like {SHAPED}."
+        return web.json_response({"error": {"message": message}}, status=401)
+
+    async def client(base_url: str) -> None:
+        async with chat_through(proxy, base_url, ca_bundle=ca.bundle) as (_bearer, response):
+            assert response.status == 401
+            answer = await response.json()
+        assert answer["error"]["message"] == (
+            "Incorrect API key provided: [REDACTED]. Keys look like [REDACTED]."
+        )
+        counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+        assert (counts.redactions, counts.requests[0].redactions) == (2, 2)
+
+    with_upstream(upstream, client, tls=ca)

@@ -66,6 +66,9 @@ class RequestLogEntry(FrozenModel):
         description="from the request's arrival to the provider's status line; None when the "
         "request was not sent on or no answer came",
     )
+    redactions: int = Field(
+        default=0, ge=0, description="secrets (the key, key-shaped strings) cut from the answer"
+    )
 
 
 class ProxyCellCounts(FrozenModel):
@@ -114,6 +117,13 @@ class ProxyCellCounts(FrozenModel):
         default_factory=dict,
         description="how many requests meant for the provider got each status, by code "
         "('502' also for one that could not be sent); cancelled ones are not in it",
+    )
+
+    redactions: int = Field(
+        default=0,
+        ge=0,
+        description="the real key and key-shaped strings (sk-...) redacted from the answers, "
+        "headers and bodies, before the guest saw them",
     )
 
     @property

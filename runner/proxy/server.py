@@ -22,6 +22,7 @@ import secrets
 import ssl
 import threading
 import time
+import zlib
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -42,6 +43,7 @@ from runner.core.roots import REPO_ROOT
 from runner.provider import PROVIDER_MARKER, ProviderScript, ScriptedProvider
 from runner.provider.server import LOOPBACK
 from runner.provider.shapes import shape_for_path
+from runner.proxy.answers import AnswerFilter, UnreadableEncoding
 from runner.proxy.bearer import BEARER_BYTES, new_bearer
 from runner.proxy.footprint import prompt_footprint
 from runner.proxy.models import (
@@ -52,7 +54,6 @@ from runner.proxy.models import (
     upstream_statuses,
     usage_totals,
 )
-from runner.proxy.usage import UsageMeter
 from runner.records.paths import RunPaths
 from runner.records.prompt import PromptFootprint
 from runner.spec.lock import Model
@@ -85,7 +86,8 @@ _REQUEST_HEADERS_DROPPED = frozenset(
         "accept-encoding",
     }
 )
-# Never passed back: hop-by-hop headers and framing that aiohttp redoes for the client.
+# Never passed back: hop-by-hop headers and framing that aiohttp redoes for the client (the
+# answer reaches it decoded, runner.proxy.answers).
 _RESPONSE_HEADERS_DROPPED = frozenset(
     {
         "content-length",
@@ -134,6 +136,7 @@ class _Exchange:
     duration_ms: float = 0.0
     usage: dict[str, int] | None = None  # TokenUsage's fields, as the UsageMeter found them
     first_byte_ms: float | None = None
+    redactions: int = 0
 
     def entry(self, cell_id: str | None) -> RequestLogEntry:
         return RequestLogEntry(
@@ -148,6 +151,7 @@ class _Exchange:
             duration_ms=self.duration_ms,
             usage=None if self.usage is None else TokenUsage(**self.usage),
             first_byte_ms=self.first_byte_ms,
+            redactions=self.redactions,
         )
 
     def mark_first_byte(self) -> None:
@@ -186,14 +190,27 @@ def _upstream_headers(request: web.BaseRequest, header: str, key: str) -> dict[s
     return headers
 
 
+def _passed_back(upstream: aiohttp.ClientResponse, answer: AnswerFilter) -> CIMultiDict[str]:
+    """The provider's headers for the guest, the key and key-shaped values redacted."""
+    return CIMultiDict(
+        (name, answer.redactor.text(value))
+        for name, value in upstream.headers.items()
+        if name.lower() not in _RESPONSE_HEADERS_DROPPED
+    )
+
+
+def _answered(answer: AnswerFilter, exchange: _Exchange) -> None:
+    exchange.usage, exchange.redactions = answer.meter.result(), answer.redactor.redactions
+
+
 async def _whole_answer(
-    upstream: aiohttp.ClientResponse, passed_back: CIMultiDict[str], exchange: _Exchange
+    upstream: aiohttp.ClientResponse, answer: AnswerFilter, exchange: _Exchange
 ) -> web.Response:
     """A whole JSON answer is of no use to a client in pieces: one write."""
-    payload = await upstream.read()
-    meter = UsageMeter(event_stream=False)
-    meter.feed(payload)
-    exchange.usage, exchange.response_bytes = meter.result(), len(payload)
+    passed_back = _passed_back(upstream, answer)
+    payload = answer.feed(await upstream.read()) + answer.finish()
+    _answered(answer, exchange)
+    exchange.response_bytes = len(payload)
     return web.Response(
         body=payload, status=upstream.status, reason=upstream.reason, headers=passed_back
     )
@@ -203,16 +220,19 @@ async def _stream_answer(
     request: web.BaseRequest,
     upstream: aiohttp.ClientResponse,
     response: web.StreamResponse,
+    answer: AnswerFilter,
     exchange: _Exchange,
 ) -> None:
-    """An event stream, passed on chunk by chunk as it arrives, its usage read on the way."""
-    meter = UsageMeter(event_stream=True)
+    """An event stream, passed on chunk by chunk as it arrives, read and redacted on the way."""
     await response.prepare(request)
     async for chunk in upstream.content.iter_any():
-        meter.feed(chunk)
-        await response.write(chunk)
-        exchange.response_bytes += len(chunk)
-    exchange.usage = meter.result()
+        passed = answer.feed(chunk)
+        await response.write(passed)
+        exchange.response_bytes += len(passed)
+    passed = answer.finish()
+    await response.write(passed)
+    exchange.response_bytes += len(passed)
+    _answered(answer, exchange)
     await response.write_eof()
 
 
@@ -444,6 +464,7 @@ class CredentialProxy:
             entry for entry in entries if entry.outcome == "forwarded" and 200 <= entry.status < 300
         ]
         reported = [entry.usage for entry in answered if entry.usage is not None]
+        redactions = sum(entry.redactions for entry in entries)
         scripted = cell.model.is_scripted
         return ProxyCellCounts(
             cell_id=cell.cell_id,
@@ -463,6 +484,7 @@ class CredentialProxy:
             requests=entries,
             upstream_statuses=upstream_statuses(entries),
             first_request=cell.first_request,
+            redactions=redactions,
         )
 
     def _admits(self, cell: _Cell | None, offered: str) -> bool:
@@ -537,24 +559,27 @@ class CredentialProxy:
             ) as upstream:
                 exchange.mark_first_byte()
                 exchange.status = upstream.status
-                passed_back = CIMultiDict(
-                    (name, value)
-                    for name, value in upstream.headers.items()
-                    if name.lower() not in _RESPONSE_HEADERS_DROPPED
+                event_stream = "text/event-stream" in upstream.headers.get("Content-Type", "")
+                answer = AnswerFilter(
+                    upstream.headers.get("Content-Encoding"), cell.key, event_stream
                 )
-                if "text/event-stream" not in upstream.headers.get("Content-Type", ""):
-                    return await _whole_answer(upstream, passed_back, exchange)
+                if not event_stream:
+                    return await _whole_answer(upstream, answer, exchange)
                 response = web.StreamResponse(
-                    status=upstream.status, reason=upstream.reason, headers=passed_back
+                    status=upstream.status,
+                    reason=upstream.reason,
+                    headers=_passed_back(upstream, answer),
                 )
-                await _stream_answer(request, upstream, response, exchange)
+                await _stream_answer(request, upstream, response, answer, exchange)
                 return response
         except ConnectionResetError:
             exchange.outcome = "client_gone"
             return response
         except aiohttp.ClientConnectorError as error:
             return _not_sent(cell, exchange, error)
-        except (aiohttp.ClientError, TimeoutError) as error:
+        except (aiohttp.ClientError, TimeoutError, UnreadableEncoding, zlib.error) as error:
+            # An answer the proxy cannot decode is never passed on: what it hides (a key) could
+            # not be redacted, nor its usage read.
             return _upstream_failed(request, cell, exchange, response, error)
 
     def _record(self, cell: _Cell | None, exchange: _Exchange) -> None:
