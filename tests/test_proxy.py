@@ -6,6 +6,7 @@ import asyncio
 import json
 import socket
 import time
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -669,5 +670,58 @@ def test_a_key_in_a_json_answer_is_redacted_and_counted(
         )
         counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
         assert (counts.redactions, counts.requests[0].redactions) == (2, 2)
+
+    with_upstream(upstream, client, tls=ca)
+
+
+def packed(data: bytes, encoding: str) -> bytes:
+    packer = zlib.compressobj(wbits=16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
+    return packer.compress(data) + packer.flush()
+
+
+USAGE = b'{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}'
+
+
+@pytest.mark.parametrize(
+    ("encoding", "event_stream"), [("gzip", False), ("deflate", False), ("gzip", True)]
+)
+def test_an_answer_compressed_unasked_reaches_the_guest_decoded_with_its_usage(
+    proxy: CredentialProxy, ca: LoopbackCA, encoding: str, event_stream: bool
+) -> None:
+    """The proxy asks for identity; a provider that compresses anyway is decoded: the guest
+    gets the plain bytes (no Content-Encoding) and the usage is read."""
+    plain = b"data: " + USAGE + b"\n\ndata: [DONE]\n\n" if event_stream else USAGE
+    kind = "text/event-stream" if event_stream else "application/json"
+
+    async def upstream(request: web.Request) -> web.StreamResponse:
+        assert request.headers["Accept-Encoding"] == "identity"
+        headers = {"Content-Type": kind, "Content-Encoding": encoding}
+        return web.Response(body=packed(plain, encoding), headers=headers)
+
+    async def client(base_url: str) -> None:
+        async with chat_through(proxy, base_url, ca_bundle=ca.bundle) as (_bearer, response):
+            assert response.status == 200 and "Content-Encoding" not in response.headers
+            assert await response.read() == plain
+        counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+        assert (counts.input_tokens, counts.output_tokens, counts.total_tokens) == (7, 3, 10)
+        assert counts.requests[0].response_bytes == len(plain)
+
+    with_upstream(upstream, client, tls=ca)
+
+
+def test_an_answer_in_an_encoding_the_proxy_cannot_read_is_a_502(
+    proxy: CredentialProxy, ca: LoopbackCA
+) -> None:
+    """A br answer could hide the key from redaction: it is never passed on."""
+
+    async def upstream(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=b"\x8b\x02\x80opaque", headers={"Content-Encoding": "br"})
+
+    async def client(base_url: str) -> None:
+        async with chat_through(proxy, base_url, ca_bundle=ca.bundle) as (_bearer, response):
+            assert response.status == 502
+            assert b"opaque" not in await response.read()
+        counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+        assert (counts.physical_posts, counts.requests[0].outcome) == (1, "upstream_failed")
 
     with_upstream(upstream, client, tls=ca)
