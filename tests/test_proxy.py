@@ -502,13 +502,13 @@ async def elsewhere() -> AsyncIterator[tuple[str, list[bytes]]]:
         yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}", received
 
 
-async def raw_post(proxy: CredentialProxy, target: str, bearer: str) -> bytes:
+async def raw_post(proxy: CredentialProxy, target: str, credential: str) -> bytes:
     """A POST with a request target as a client may write it (no client library tidies it)."""
     port = int(proxy.base_url.rpartition(":")[2])
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     body = json.dumps(CHAT).encode()
     writer.write(
-        f"POST {target} HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer {bearer}\r\n"
+        f"POST {target} HTTP/1.1\r\nHost: proxy\r\n{credential}\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
         + body
     )
@@ -522,10 +522,10 @@ def test_the_key_goes_to_the_provider_origin_only(
 ) -> None:
     """Every way a request could leave for another origin: environment proxies, a redirect to
     an absolute URL, request targets that name another host. Only the provider hears of it."""
-    provider_saw: list[tuple[str, str]] = []
+    provider_saw: list[str] = []
 
     async def upstream(request: web.Request) -> web.StreamResponse:
-        provider_saw.append((request.headers["Authorization"], request.path))
+        provider_saw.append(request.headers.get("x-api-key") or request.headers["Authorization"])
         if request.query.get("go") == "away":
             return web.Response(status=307, headers={"Location": request.query["to"]})
         return web.json_response({"choices": []})
@@ -538,21 +538,23 @@ def test_the_key_goes_to_the_provider_origin_only(
             with CredentialProxy(paths) as proxy:
                 model = upstream_model(base_url, ca.bundle)
                 bearer = await asyncio.to_thread(proxy.open_cell, "cell-1", model, soon())
-                targets = (
-                    "/chat/completions",
-                    f"//{address}/chat/completions",
-                    f"https://{address}/chat/completions",
-                    f"/chat/completions?go=away&to=https://{address}/chat/completions",
+                away = f"go=away&to=https://{address}"
+                sent = (  # Anthropic clients send x-api-key, which aiohttp kept on a redirect
+                    ("/chat/completions", "Authorization: Bearer "),
+                    (f"//{address}/chat/completions", "Authorization: Bearer "),
+                    (f"https://{address}/chat/completions", "Authorization: Bearer "),
+                    (f"/chat/completions?{away}/chat/completions", "Authorization: Bearer "),
+                    (f"/messages?{away}/messages", "x-api-key: "),
                 )
-                answers = [await raw_post(proxy, target, bearer) for target in targets]
+                answers = [await raw_post(proxy, target, how + bearer) for target, how in sent]
                 counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
             assert received == []
-        assert [answer.split(b" ", 2)[1] for answer in answers] == [b"200", b"200", b"200", b"307"]
-        assert counts.physical_posts == 4
+        statuses = [answer.split(b" ", 2)[1] for answer in answers]
+        assert statuses == [b"200", b"200", b"200", b"307", b"307"]
+        assert counts.physical_posts == 5
 
     with_upstream(upstream, client, tls=ca)
-    assert {auth for auth, _path in provider_saw} == {f"Bearer {KEY}"}
-    assert len(provider_saw) == 4
+    assert provider_saw == [f"Bearer {KEY}"] * 4 + [KEY]
 
 
 def test_guest_connections_slow_in_their_headers_are_closed(
