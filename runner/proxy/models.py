@@ -14,7 +14,7 @@ RequestOutcome = Literal[
     "forwarded",  # sent to the provider; status is the provider's
     "rejected",  # refused here (wrong, expired or previous-cell bearer): 401, never forwarded
     "not_an_api_path",  # right bearer, path is none of the three API shapes: 404, not forwarded
-    "upstream_failed",  # sent, but the provider dropped the answer or ran out of time
+    "upstream_failed",  # sent, but the answer was dropped, late, or in an unreadable encoding
     "not_sent",  # no connection to the provider (refused, DNS, TLS certificate): 502, not a byte
     "cancelled",  # still running when its cell closed
     "client_gone",  # the harness hung up before the answer was passed back in full

@@ -2,9 +2,11 @@
 
 The harness gets a bearer valid for its cell only. The proxy accepts that bearer and nothing
 else, swaps it for the real key (read on the host from the lock model's ``key_env``), forwards
-the POST to the model's base URL and passes the answer back chunk by chunk. It counts every POST
-it sends on (physical POSTs) and every request it refuses, reads provider usage off the answers,
-and logs each request without any header, body or query string.
+the POST to the model's base URL (never elsewhere: no redirect, no environment proxy) and passes
+the answer back chunk by chunk, decoded and with every key redacted (``runner.proxy.answers``).
+It counts every POST it sends on (physical POSTs), every one it could not send and every request
+it refuses, reads provider usage off the answers, and logs each request without any header, body
+or query string.
 
 The server runs on its own event loop in a background thread; the executor calls the blocking
 methods (``open_cell``, ``close_cell``) from its own thread. Cell state is only touched on the
