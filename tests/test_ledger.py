@@ -94,6 +94,20 @@ def test_fewer_physical_posts_than_logical_attempts_fails_closed(seed_lock_path,
     assert receipt.status == "failed_closed"
 
 
+def test_posts_the_proxy_could_not_send_cover_logical_attempts(seed_lock_path, tmp_path) -> None:
+    """An unreachable provider: the harness's attempt ended on the proxy's 502, no POST sent."""
+    paths, schedule = new_run_dir(seed_lock_path, tmp_path / "run")
+    lines = [line_for(cell) for cell in schedule.cells]
+    lines[5] = line_for(schedule.cells[5], posts=1).model_copy(update={"unsent_posts": 1})
+    lines[6] = line_for(schedule.cells[6], posts=1, attempts=4).model_copy(
+        update={"unsent_posts": 2}
+    )
+    assert lines[5].reconciles and not lines[6].reconciles
+    receipt = build_receipt(load_lock(paths.lock), schedule, lines, "clean", "passed")
+    reasons = [reason for batch in receipt.batches for reason in batch.reasons]
+    assert reasons == [f"{lines[6].cell_id}: 1 physical POSTs + 2 unsent < 4 logical attempts"]
+
+
 def test_missing_cells_or_evidence_fail_closed(seed_lock_path, tmp_path) -> None:
     paths, schedule = new_run_dir(seed_lock_path, tmp_path / "run")
     lock = load_lock(paths.lock)

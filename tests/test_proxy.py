@@ -6,6 +6,7 @@ import asyncio
 import json
 import socket
 import time
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -24,6 +25,7 @@ from runner.proxy.bearer import BEARER_PREFIX, BEARER_SHAPE, new_bearer
 from runner.records.paths import RunPaths
 from runner.run.scan import scan_run
 from runner.spec.lock import Model
+from tests.support.tls import LoopbackCA, make_ca
 
 KEY_ENV = "PROXY_TEST_PROVIDER_KEY"
 KEY = "real-provider-key-" + "x" * 24
@@ -46,7 +48,7 @@ def scripted_model(api: str = "openai-completions") -> Model:
     )  # type: ignore[arg-type]
 
 
-def upstream_model(base_url: str) -> Model:
+def upstream_model(base_url: str, ca_bundle: Path | None = None) -> Model:
     return Model(
         id="upstream",
         provider="test",
@@ -55,6 +57,7 @@ def upstream_model(base_url: str) -> Model:
         api="openai-completions",
         base_url=base_url,
         key_env=KEY_ENV,
+        ca_bundle=None if ca_bundle is None else str(ca_bundle),
     )
 
 
@@ -65,6 +68,11 @@ def soon(seconds: float = 300) -> datetime:
 @pytest.fixture
 def paths(tmp_path: Path) -> RunPaths:
     return RunPaths(tmp_path / "run")
+
+
+@pytest.fixture
+def ca(tmp_path: Path) -> LoopbackCA:
+    return make_ca(tmp_path / "ca")
 
 
 @pytest.fixture
@@ -228,34 +236,42 @@ def test_close_cancels_a_stalled_request(proxy: CredentialProxy, paths: RunPaths
     assert counts.requests[0].outcome == "cancelled"
 
 
-def test_an_unreachable_provider_is_a_502_and_still_a_physical_post(
-    proxy: CredentialProxy,
+def test_a_refused_connection_is_a_502_and_no_physical_post(
+    proxy: CredentialProxy, ca: LoopbackCA
 ) -> None:
+    """Not a byte reached the provider: the POST is "not sent", apart from the physical ones."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    bearer = proxy.open_cell("cell-1", upstream_model(f"http://127.0.0.1:{port}"), soon())
-    assert bearer_post(proxy, bearer)[0] == 502
+    model = upstream_model(f"https://127.0.0.1:{port}/v1", ca.bundle)
+    bearer = proxy.open_cell("cell-1", model, soon())
+    status, body = bearer_post(proxy, bearer)
+    assert status == 502 and b"not sent" in body
     counts = proxy.close_cell("cell-1")
-    assert counts.physical_posts == 1
-    assert counts.requests[0].outcome == "upstream_failed"
+    assert (counts.physical_posts, counts.unsent_posts) == (0, 1)
+    assert counts.requests[0].outcome == "not_sent"
+    assert counts.upstream_statuses == {"502": 1}  # the provider answered nothing but errors
     assert counts.provider_posts_received is None and counts.provider == "test"
 
 
 def with_upstream(
     handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
     body: Callable[[str], Awaitable[None]],
+    tls: LoopbackCA | None = None,
 ) -> None:
-    """Run ``body(upstream base URL)`` while a test upstream server answers with ``handler``."""
+    """Run ``body(upstream base URL)`` while a test upstream server answers with ``handler``:
+    over HTTPS with a certificate of ``tls``'s CA if given."""
 
     async def main() -> None:
         app = web.Application()
         app.router.add_post("/{tail:.*}", handler)
         runner = web.AppRunner(app)
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        ssl_context = None if tls is None else tls.server
+        await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context).start()
+        scheme = "http" if tls is None else "https"
         try:
-            await body(f"http://127.0.0.1:{runner.addresses[0][1]}/v1")
+            await body(f"{scheme}://127.0.0.1:{runner.addresses[0][1]}/v1")
         finally:
             await runner.cleanup()
 
@@ -264,11 +280,15 @@ def with_upstream(
 
 @asynccontextmanager
 async def chat_through(
-    proxy: CredentialProxy, base_url: str, path: str = "/chat/completions"
+    proxy: CredentialProxy,
+    base_url: str,
+    path: str = "/chat/completions",
+    ca_bundle: Path | None = None,
 ) -> AsyncIterator[tuple[str, aiohttp.ClientResponse]]:
     """A cell opened for the upstream at ``base_url`` and one chat request through it, as a
     guest's client sends it (a redirect not followed): the cell's bearer, the open response."""
-    bearer = await asyncio.to_thread(proxy.open_cell, "cell-1", upstream_model(base_url), soon())
+    model = upstream_model(base_url, ca_bundle)
+    bearer = await asyncio.to_thread(proxy.open_cell, "cell-1", model, soon())
     async with (
         aiohttp.ClientSession() as session,
         session.post(
@@ -428,3 +448,282 @@ def test_a_redirect_is_passed_to_the_guest_never_followed(
 
     with_upstream(upstream, client)
     assert followed == []
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_the_provider_is_verified_against_the_locks_ca_bundle(
+    proxy: CredentialProxy, ca: LoopbackCA, trusted: bool
+) -> None:
+    """A provider behind a private CA: with the lock's ca_bundle the proxy trusts it; without
+    one, the system trust store does not know the CA and the guest gets a 502."""
+
+    async def upstream(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"choices": []})
+
+    async def client(base_url: str) -> None:
+        async with chat_through(proxy, base_url, ca_bundle=ca.bundle if trusted else None) as (
+            _bearer,
+            response,
+        ):
+            assert response.status == (200 if trusted else 502)
+        counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+        # A certificate refused in the handshake: not a byte of the request reached anyone.
+        assert [request.outcome for request in counts.requests] == [
+            "forwarded" if trusted else "not_sent"
+        ]
+        assert (counts.physical_posts, counts.unsent_posts) == ((1, 0) if trusted else (0, 1))
+
+    with_upstream(upstream, client, tls=ca)
+
+
+def test_a_ca_bundle_that_is_no_pem_file_is_one_line(
+    proxy: CredentialProxy, tmp_path: Path
+) -> None:
+    (tmp_path / "junk.pem").write_text("not a certificate\n")
+    for bundle, why in ((tmp_path / "absent.pem", "No such file"), (tmp_path / "junk.pem", "NO_C")):
+        model = upstream_model("https://127.0.0.1:9/v1", bundle)
+        with pytest.raises(RunnerError, match=f"ca_bundle .* no readable PEM CA bundle: {why}"):
+            proxy.open_cell("cell-1", model, soon())
+    with pytest.raises(ValueError, match="only for an https"):
+        upstream_model("http://127.0.0.1:9/v1", tmp_path / "junk.pem")
+
+
+@asynccontextmanager
+async def elsewhere() -> AsyncIterator[tuple[str, list[bytes]]]:
+    """A loopback listener that is no provider: its address, and what each connection sent."""
+    received: list[bytes] = []
+
+    async def take(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.append(await reader.read(65536))
+        writer.close()
+
+    server = await asyncio.start_server(take, "127.0.0.1", 0)
+    async with server:
+        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}", received
+
+
+async def raw_post(proxy: CredentialProxy, target: str, credential: str) -> bytes:
+    """A POST with a request target as a client may write it (no client library tidies it)."""
+    port = int(proxy.base_url.rpartition(":")[2])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    body = json.dumps(CHAT).encode()
+    writer.write(
+        f"POST {target} HTTP/1.1\r\nHost: proxy\r\n{credential}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )
+    answer = await asyncio.wait_for(reader.read(), timeout=10)
+    writer.close()
+    return answer
+
+
+def test_the_key_goes_to_the_provider_origin_only(
+    paths: RunPaths, ca: LoopbackCA, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every way a request could leave for another origin: environment proxies, a redirect to
+    an absolute URL, request targets that name another host. Only the provider hears of it."""
+    provider_saw: list[str] = []
+
+    async def upstream(request: web.Request) -> web.StreamResponse:
+        provider_saw.append(request.headers.get("x-api-key") or request.headers["Authorization"])
+        if request.query.get("go") == "away":
+            return web.Response(status=307, headers={"Location": request.query["to"]})
+        return web.json_response({"choices": []})
+
+    async def client(base_url: str) -> None:
+        async with elsewhere() as (address, received):
+            for variable in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+                monkeypatch.setenv(variable, f"http://{address}")
+            monkeypatch.setenv(KEY_ENV, KEY)
+            with CredentialProxy(paths) as proxy:
+                model = upstream_model(base_url, ca.bundle)
+                bearer = await asyncio.to_thread(proxy.open_cell, "cell-1", model, soon())
+                away = f"go=away&to=https://{address}"
+                sent = (  # Anthropic clients send x-api-key, which aiohttp kept on a redirect
+                    ("/chat/completions", "Authorization: Bearer "),
+                    (f"//{address}/chat/completions", "Authorization: Bearer "),
+                    (f"https://{address}/chat/completions", "Authorization: Bearer "),
+                    (f"/chat/completions?{away}/chat/completions", "Authorization: Bearer "),
+                    (f"/messages?{away}/messages", "x-api-key: "),
+                )
+                answers = [await raw_post(proxy, target, how + bearer) for target, how in sent]
+                counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+            assert received == []
+        statuses = [answer.split(b" ", 2)[1] for answer in answers]
+        assert statuses == [b"200", b"200", b"200", b"307", b"307"]
+        assert counts.physical_posts == 5
+
+    with_upstream(upstream, client, tls=ca)
+    assert provider_saw == [f"Bearer {KEY}"] * 4 + [KEY]
+
+
+def test_guest_connections_slow_in_their_headers_are_closed(
+    paths: RunPaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three loopback connections: one silent, one trickling its head a byte at a time, one
+    idle after an answer. Each is closed within the header timeout (0.5 s) and a little."""
+
+    async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
+        try:
+            while await asyncio.wait_for(reader.read(65536), timeout=seconds):
+                pass
+        except TimeoutError:
+            return False
+        return True
+
+    async def trickle(writer: asyncio.StreamWriter) -> None:
+        writer.write(b"POST /chat/completions HTTP/1.1\r\nHost: proxy\r\n")
+        for byte in b"X-Slow: header-that-never-ends":
+            writer.write(bytes([byte]))
+            await asyncio.sleep(0.1)
+
+    async def main(proxy: CredentialProxy) -> None:
+        bearer = await asyncio.to_thread(
+            proxy.open_cell, "cell-1", scripted_model(), soon(), SCRIPT
+        )
+        port = int(proxy.base_url.rpartition(":")[2])
+        connections = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+        started = time.monotonic()
+        (silent, _), (slow, slow_writer), (idle, idle_writer) = connections
+        trickling = asyncio.create_task(trickle(slow_writer))
+        body = json.dumps(CHAT).encode()
+        idle_writer.write(
+            f"POST /chat/completions HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer {bearer}"
+            f"\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        head = await asyncio.wait_for(idle.readuntil(b"\r\n\r\n"), timeout=5)
+        assert head.startswith(b"HTTP/1.1 200 ")
+        closed = await asyncio.gather(*(closed_within(r, 3) for r in (silent, slow, idle)))
+        assert closed == [True, True, True] and time.monotonic() - started < 3
+        trickling.cancel()
+        for _, writer in connections:
+            writer.close()
+        await asyncio.to_thread(proxy.close_cell, "cell-1")
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    with CredentialProxy(paths, header_timeout=0.5) as proxy:
+        asyncio.run(main(proxy))
+
+
+SHAPED = "sk-ant-api03-" + "Q" * 40  # a key of the provider's shape, not the cell's
+
+
+def test_keys_are_redacted_from_answers_headers_and_split_stream_chunks(
+    proxy: CredentialProxy, ca: LoopbackCA
+) -> None:
+    """The key and a key-shaped string, each split across two chunks of an event stream (and
+    in headers), never reach the guest; the stream still passes event by event."""
+    first_seen = asyncio.Event()
+    event = f'data: {{"error": "bad key {KEY}; try {SHAPED} or task-{"z" * 24}"}}\n\n'.encode()
+
+    async def upstream(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "X-Echo": f"Bearer {KEY}",
+                "X-Hint": SHAPED,
+            }
+        )
+        await response.prepare(request)
+        await response.write(b'data: {"choices":[]}\n\n')
+        await asyncio.wait_for(first_seen.wait(), timeout=5)
+        cuts = (event.index(KEY.encode()) + 5, event.index(SHAPED.encode()) + 9, len(event))
+        start = 0
+        for cut in cuts:
+            await response.write(event[start:cut])
+            await asyncio.sleep(0.05)  # each piece its own chunk
+            start = cut
+        await response.write_eof()
+        return response
+
+    async def client(base_url: str) -> None:
+        async with chat_through(proxy, base_url, ca_bundle=ca.bundle) as (_bearer, response):
+            assert await response.content.readuntil(b"\n\n") == b'data: {"choices":[]}\n\n'
+            first_seen.set()
+            rest = await response.read()
+            headers = dict(response.headers)
+        seen = rest + repr(headers).encode()
+        assert KEY.encode() not in seen and SHAPED.encode() not in seen
+        assert KEY[:5].encode() not in rest  # no piece of the key went ahead of the rest
+        assert rest == event.replace(KEY.encode(), b"[REDACTED]").replace(
+            SHAPED.encode(), b"[REDACTED]"
+        )
+        assert (headers["X-Echo"], headers["X-Hint"]) == ("Bearer [REDACTED]", "[REDACTED]")
+        counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+        assert counts.redactions == 4 == counts.requests[0].redactions
+
+    with_upstream(upstream, client, tls=ca)
+
+
+def test_a_key_in_a_json_answer_is_redacted_and_counted(
+    proxy: CredentialProxy, ca: LoopbackCA
+) -> None:
+    async def upstream(request: web.Request) -> web.StreamResponse:
+        message = f"Incorrect API key provided: {KEY}. Keys look like {SHAPED}."
+        return web.json_response({"error": {"message": message}}, status=401)
+
+    async def client(base_url: str) -> None:
+        async with chat_through(proxy, base_url, ca_bundle=ca.bundle) as (_bearer, response):
+            assert response.status == 401
+            answer = await response.json()
+        assert answer["error"]["message"] == (
+            "Incorrect API key provided: [REDACTED]. Keys look like [REDACTED]."
+        )
+        counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+        assert (counts.redactions, counts.requests[0].redactions) == (2, 2)
+
+    with_upstream(upstream, client, tls=ca)
+
+
+def packed(data: bytes, encoding: str) -> bytes:
+    packer = zlib.compressobj(wbits=16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
+    return packer.compress(data) + packer.flush()
+
+
+USAGE = b'{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}'
+
+
+@pytest.mark.parametrize(
+    ("encoding", "event_stream"), [("gzip", False), ("deflate", False), ("gzip", True)]
+)
+def test_an_answer_compressed_unasked_reaches_the_guest_decoded_with_its_usage(
+    proxy: CredentialProxy, ca: LoopbackCA, encoding: str, event_stream: bool
+) -> None:
+    """The proxy asks for identity; a provider that compresses anyway is decoded: the guest
+    gets the plain bytes (no Content-Encoding) and the usage is read."""
+    plain = b"data: " + USAGE + b"\n\ndata: [DONE]\n\n" if event_stream else USAGE
+    kind = "text/event-stream" if event_stream else "application/json"
+
+    async def upstream(request: web.Request) -> web.StreamResponse:
+        assert request.headers["Accept-Encoding"] == "identity"
+        headers = {"Content-Type": kind, "Content-Encoding": encoding}
+        return web.Response(body=packed(plain, encoding), headers=headers)
+
+    async def client(base_url: str) -> None:
+        async with chat_through(proxy, base_url, ca_bundle=ca.bundle) as (_bearer, response):
+            assert response.status == 200 and "Content-Encoding" not in response.headers
+            assert await response.read() == plain
+        counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+        assert (counts.input_tokens, counts.output_tokens, counts.total_tokens) == (7, 3, 10)
+        assert counts.requests[0].response_bytes == len(plain)
+
+    with_upstream(upstream, client, tls=ca)
+
+
+def test_an_answer_in_an_encoding_the_proxy_cannot_read_is_a_502(
+    proxy: CredentialProxy, ca: LoopbackCA
+) -> None:
+    """A br answer could hide the key from redaction: it is never passed on."""
+
+    async def upstream(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=b"\x8b\x02\x80opaque", headers={"Content-Encoding": "br"})
+
+    async def client(base_url: str) -> None:
+        async with chat_through(proxy, base_url, ca_bundle=ca.bundle) as (_bearer, response):
+            assert response.status == 502
+            assert b"opaque" not in await response.read()
+        counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+        assert (counts.physical_posts, counts.requests[0].outcome) == (1, "upstream_failed")
+
+    with_upstream(upstream, client, tls=ca)

@@ -30,7 +30,7 @@ PI_LOG = [
 ]
 
 
-def counts(physical: int, provider: int | None = None) -> ProxyCellCounts:
+def counts(physical: int, provider: int | None = None, unsent: int = 0) -> ProxyCellCounts:
     now = datetime.now(UTC)
     return ProxyCellCounts(
         cell_id="c",
@@ -39,6 +39,7 @@ def counts(physical: int, provider: int | None = None) -> ProxyCellCounts:
         opened_at=now,
         closed_at=now,
         physical_posts=physical,
+        unsent_posts=unsent,
         rejected_requests=0,
         provider_posts_received=provider,
         usage_returned=False,
@@ -67,6 +68,16 @@ def test_fewer_posts_than_attempts_fails_closed() -> None:
     assert not result.reconciled
     assert result.unattributed_provider_post_requests == 0
     assert "1 physical POSTs for 2 logical attempts" in result.problems[0]
+
+
+def test_posts_that_could_not_be_sent_cover_attempts_but_are_no_physical_posts() -> None:
+    """An unreachable provider: each attempt ended in an error on the proxy's 502."""
+    result = reconcile(count_logical_attempts(PI_LOG), counts(1, unsent=1))
+    assert result.reconciled
+    assert (result.physical_posts, result.unsent_posts) == (1, 1)
+    assert result.unattributed_provider_post_requests == 0
+    short = reconcile(count_logical_attempts([*PI_LOG, *PI_LOG]), counts(1, unsent=2))
+    assert "1 physical POSTs + 2 unsent for 4 logical attempts" in short.problems[0]
 
 
 def test_proxy_and_provider_must_agree() -> None:

@@ -4,8 +4,10 @@ A logical attempt is one assistant message the harness finished: a ``message_end
 message has role ``assistant`` in Pi's and OMP's ``--mode json`` log (an attempt that failed with
 a provider error is still one, with ``stopReason: "error"``). Every logical attempt needs at
 least one physical POST; POSTs beyond that (client-side retries inside one attempt, requests the
-harness made on its own) are ``unattributedProviderPostRequests``: counted, never hidden. Fewer
-POSTs than attempts means evidence was lost, and the cell fails closed.
+harness made on its own) are ``unattributedProviderPostRequests``: counted, never hidden. A POST
+the proxy could not send (no connection to the provider) covers an attempt too: the harness saw
+its 502 and ended the attempt in an error. Fewer POSTs, sent or not, than attempts means evidence
+was lost, and the cell fails closed.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class Reconciliation(FrozenModel):
     cell_id: str
     logical_attempts: int = Field(ge=0)
     physical_posts: int = Field(ge=0)
+    unsent_posts: int = Field(default=0, ge=0)
     rejected_requests: int = Field(ge=0)
     provider_posts_received: int | None = Field(default=None, ge=0)
     unattributed_provider_post_requests: int = Field(ge=0, alias="unattributedProviderPostRequests")
@@ -82,10 +85,11 @@ def count_logical_attempts_in(event_log: Path) -> EventLogCount:
 
 def reconcile(events: EventLogCount, proxy: ProxyCellCounts) -> Reconciliation:
     problems = []
-    if proxy.physical_posts < events.logical_attempts:
+    if proxy.physical_posts + proxy.unsent_posts < events.logical_attempts:
+        unsent = f" + {proxy.unsent_posts} unsent" if proxy.unsent_posts else ""
         problems.append(
-            f"{proxy.physical_posts} physical POSTs for {events.logical_attempts} logical "
-            "attempts: the proxy must have seen every attempt"
+            f"{proxy.physical_posts} physical POSTs{unsent} for {events.logical_attempts} "
+            "logical attempts: the proxy must have seen every attempt"
         )
     if (
         proxy.provider_posts_received is not None
@@ -101,6 +105,7 @@ def reconcile(events: EventLogCount, proxy: ProxyCellCounts) -> Reconciliation:
         cell_id=proxy.cell_id,
         logical_attempts=events.logical_attempts,
         physical_posts=proxy.physical_posts,
+        unsent_posts=proxy.unsent_posts,
         rejected_requests=proxy.rejected_requests,
         provider_posts_received=proxy.provider_posts_received,
         unattributedProviderPostRequests=unattributed_provider_post_requests(

@@ -388,6 +388,7 @@ class CellRunner:
             wall_seconds=round(time.monotonic() - attempt.started, 3),
             provider_tokens=counts.total_tokens if counts else None,
             physical_posts=physical_posts,
+            unsent_posts=counts.unsent_posts if counts else 0,
             logical_attempts=logical_attempts,
             unattributedProviderPostRequests=unattributed_provider_post_requests(
                 physical_posts, logical_attempts

@@ -14,7 +14,8 @@ RequestOutcome = Literal[
     "forwarded",  # sent to the provider; status is the provider's
     "rejected",  # refused here (wrong, expired or previous-cell bearer): 401, never forwarded
     "not_an_api_path",  # right bearer, path is none of the three API shapes: 404, not forwarded
-    "upstream_failed",  # sent, but the provider could not be reached or dropped the answer
+    "upstream_failed",  # sent, but the answer was dropped, late, or in an unreadable encoding
+    "not_sent",  # no connection to the provider (refused, DNS, TLS certificate): 502, not a byte
     "cancelled",  # still running when its cell closed
     "client_gone",  # the harness hung up before the answer was passed back in full
 ]
@@ -65,6 +66,9 @@ class RequestLogEntry(FrozenModel):
         description="from the request's arrival to the provider's status line; None when the "
         "request was not sent on or no answer came",
     )
+    redactions: int = Field(
+        default=0, ge=0, description="secrets (the key, key-shaped strings) cut from the answer"
+    )
 
 
 class ProxyCellCounts(FrozenModel):
@@ -77,6 +81,14 @@ class ProxyCellCounts(FrozenModel):
     opened_at: datetime
     closed_at: datetime
     physical_posts: int = Field(ge=0, description="POSTs sent on to the provider")
+    # Optional, so proxy records written before it existed still load (those counted such
+    # requests as physical POSTs).
+    unsent_posts: int = Field(
+        default=0,
+        ge=0,
+        description="POSTs the proxy could not send: no connection to the provider was made "
+        "(refused, DNS, TLS certificate), so not a byte of them reached it; the guest got a 502",
+    )
     rejected_requests: int = Field(ge=0, description="requests refused with 401")
     provider_posts_received: int | None = Field(
         default=None, ge=0, description="the scripted provider's own count; None for a real one"
@@ -103,8 +115,15 @@ class ProxyCellCounts(FrozenModel):
     # Optional, so proxy records written before it existed still load (as an empty tally).
     upstream_statuses: dict[str, int] = Field(
         default_factory=dict,
-        description="how many requests sent on to the provider got each status, by code "
-        "('502' also for a provider that could not be reached); cancelled ones are not in it",
+        description="how many requests meant for the provider got each status, by code "
+        "('502' also for one that could not be sent); cancelled ones are not in it",
+    )
+
+    redactions: int = Field(
+        default=0,
+        ge=0,
+        description="the real key and key-shaped strings (sk-...) redacted from the answers, "
+        "headers and bodies, before the guest saw them",
     )
 
     @property
@@ -119,10 +138,12 @@ UPSTREAM_OUTCOMES: frozenset[RequestOutcome] = frozenset(
 
 
 def upstream_statuses(entries: tuple[RequestLogEntry, ...]) -> dict[str, int]:
-    """The tally of ``ProxyCellCounts.upstream_statuses`` from the request log."""
+    """The tally of ``ProxyCellCounts.upstream_statuses`` from the request log. A request that
+    could not be sent is in it as its 502: a provider that cannot be reached answered the cell
+    with nothing but errors (``runner.cells.failure_class``), as one that refused it did."""
     tally: dict[str, int] = {}
     for entry in entries:
-        if entry.outcome in UPSTREAM_OUTCOMES and entry.status:
+        if (entry.outcome in UPSTREAM_OUTCOMES or entry.outcome == "not_sent") and entry.status:
             tally[str(entry.status)] = tally.get(str(entry.status), 0) + 1
     return dict(sorted(tally.items()))
 

@@ -2,9 +2,11 @@
 
 The harness gets a bearer valid for its cell only. The proxy accepts that bearer and nothing
 else, swaps it for the real key (read on the host from the lock model's ``key_env``), forwards
-the POST to the model's base URL and passes the answer back chunk by chunk. It counts every POST
-it sends on (physical POSTs) and every request it refuses, reads provider usage off the answers,
-and logs each request without any header, body or query string.
+the POST to the model's base URL (never elsewhere: no redirect, no environment proxy) and passes
+the answer back chunk by chunk, decoded and with every key redacted (``runner.proxy.answers``).
+It counts every POST it sends on (physical POSTs), every one it could not send and every request
+it refuses, reads provider usage off the answers, and logs each request without any header, body
+or query string.
 
 The server runs on its own event loop in a background thread; the executor calls the blocking
 methods (``open_cell``, ``close_cell``) from its own thread. Cell state is only touched on the
@@ -19,8 +21,10 @@ import asyncio
 import logging
 import os
 import secrets
+import ssl
 import threading
 import time
+import zlib
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,9 +41,11 @@ from multidict import CIMultiDict
 
 from runner.core.errors import RunnerError
 from runner.core.files import write_model
+from runner.core.roots import REPO_ROOT
 from runner.provider import PROVIDER_MARKER, ProviderScript, ScriptedProvider
 from runner.provider.server import LOOPBACK
 from runner.provider.shapes import shape_for_path
+from runner.proxy.answers import AnswerFilter, UnreadableEncoding
 from runner.proxy.bearer import BEARER_BYTES, new_bearer
 from runner.proxy.footprint import prompt_footprint
 from runner.proxy.models import (
@@ -50,7 +56,6 @@ from runner.proxy.models import (
     upstream_statuses,
     usage_totals,
 )
-from runner.proxy.usage import UsageMeter
 from runner.records.paths import RunPaths
 from runner.records.prompt import PromptFootprint
 from runner.spec.lock import Model
@@ -60,6 +65,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024  # a long agent context, sent whole with every request
+# A guest connection that has not finished a request's head this long after it opened, or after
+# its last answer, is closed: a client stalled (or trickling) in its headers holds a connection
+# no longer. Longer than a provider's own idle timeout would be of no use to a client's pool.
+HEADER_TIMEOUT_SECONDS = 60.0
 
 # Never forwarded upstream: the client's credentials, hop-by-hop headers, and what aiohttp sets.
 _REQUEST_HEADERS_DROPPED = frozenset(
@@ -79,7 +88,8 @@ _REQUEST_HEADERS_DROPPED = frozenset(
         "accept-encoding",
     }
 )
-# Never passed back: hop-by-hop headers and framing that aiohttp redoes for the client.
+# Never passed back: hop-by-hop headers and framing that aiohttp redoes for the client (the
+# answer reaches it decoded, runner.proxy.answers).
 _RESPONSE_HEADERS_DROPPED = frozenset(
     {
         "content-length",
@@ -101,8 +111,10 @@ class _Cell:
     deadline: float  # epoch seconds
     upstream: str
     key: str
+    trust: ssl.SSLContext | bool  # True: the system trust store (aiohttp's default)
     opened_at: datetime
     physical_posts: int = 0
+    unsent_posts: int = 0
     rejected_requests: int = 0
     requests: list[_Exchange] = field(default_factory=list)
     first_request: PromptFootprint | None = None
@@ -126,6 +138,7 @@ class _Exchange:
     duration_ms: float = 0.0
     usage: dict[str, int] | None = None  # TokenUsage's fields, as the UsageMeter found them
     first_byte_ms: float | None = None
+    redactions: int = 0
 
     def entry(self, cell_id: str | None) -> RequestLogEntry:
         return RequestLogEntry(
@@ -140,6 +153,7 @@ class _Exchange:
             duration_ms=self.duration_ms,
             usage=None if self.usage is None else TokenUsage(**self.usage),
             first_byte_ms=self.first_byte_ms,
+            redactions=self.redactions,
         )
 
     def mark_first_byte(self) -> None:
@@ -178,14 +192,27 @@ def _upstream_headers(request: web.BaseRequest, header: str, key: str) -> dict[s
     return headers
 
 
+def _passed_back(upstream: aiohttp.ClientResponse, answer: AnswerFilter) -> CIMultiDict[str]:
+    """The provider's headers for the guest, the key and key-shaped values redacted."""
+    return CIMultiDict(
+        (name, answer.redactor.text(value))
+        for name, value in upstream.headers.items()
+        if name.lower() not in _RESPONSE_HEADERS_DROPPED
+    )
+
+
+def _answered(answer: AnswerFilter, exchange: _Exchange) -> None:
+    exchange.usage, exchange.redactions = answer.meter.result(), answer.redactor.redactions
+
+
 async def _whole_answer(
-    upstream: aiohttp.ClientResponse, passed_back: CIMultiDict[str], exchange: _Exchange
+    upstream: aiohttp.ClientResponse, answer: AnswerFilter, exchange: _Exchange
 ) -> web.Response:
     """A whole JSON answer is of no use to a client in pieces: one write."""
-    payload = await upstream.read()
-    meter = UsageMeter(event_stream=False)
-    meter.feed(payload)
-    exchange.usage, exchange.response_bytes = meter.result(), len(payload)
+    passed_back = _passed_back(upstream, answer)
+    payload = answer.feed(await upstream.read()) + answer.finish()
+    _answered(answer, exchange)
+    exchange.response_bytes = len(payload)
     return web.Response(
         body=payload, status=upstream.status, reason=upstream.reason, headers=passed_back
     )
@@ -195,17 +222,34 @@ async def _stream_answer(
     request: web.BaseRequest,
     upstream: aiohttp.ClientResponse,
     response: web.StreamResponse,
+    answer: AnswerFilter,
     exchange: _Exchange,
 ) -> None:
-    """An event stream, passed on chunk by chunk as it arrives, its usage read on the way."""
-    meter = UsageMeter(event_stream=True)
+    """An event stream, passed on chunk by chunk as it arrives, read and redacted on the way."""
     await response.prepare(request)
     async for chunk in upstream.content.iter_any():
-        meter.feed(chunk)
-        await response.write(chunk)
-        exchange.response_bytes += len(chunk)
-    exchange.usage = meter.result()
+        passed = answer.feed(chunk)
+        await response.write(passed)
+        exchange.response_bytes += len(passed)
+    passed = answer.finish()
+    await response.write(passed)
+    exchange.response_bytes += len(passed)
+    _answered(answer, exchange)
     await response.write_eof()
+
+
+def _not_sent(
+    cell: _Cell, exchange: _Exchange, error: aiohttp.ClientConnectorError
+) -> web.Response:
+    """No connection to the provider (refused, DNS, TLS certificate): not a byte of the request
+    reached it, so it is no physical POST; the guest gets a 502 that says so."""
+    cell.physical_posts -= 1  # counted before the send, so that a cancelled send still counts
+    cell.unsent_posts += 1
+    exchange.outcome, exchange.status = "not_sent", 502
+    log.warning("proxy: cell %s: provider not reached: %s", cell.cell_id, type(error).__name__)
+    return web.json_response(
+        {"error": {"message": "provider not reached: the request was not sent"}}, status=502
+    )
 
 
 def _upstream_failed(
@@ -228,14 +272,34 @@ def _upstream_failed(
     return web.json_response({"error": {"message": "provider unreachable"}}, status=502)
 
 
+def _upstream_trust(model: Model) -> ssl.SSLContext | bool:
+    """What verifies the provider's certificate: the lock's CA bundle (a private CA) if it
+    names one, else the system trust store."""
+    if model.ca_bundle is None:
+        return True
+    bundle = REPO_ROOT / model.ca_bundle
+    try:
+        return ssl.create_default_context(cafile=bundle)
+    except (OSError, ssl.SSLError) as error:
+        raise RunnerError(
+            f"model {model.id}: ca_bundle {bundle} is no readable PEM CA bundle: "
+            f"{getattr(error, 'reason', None) or error.strerror or type(error).__name__}"
+        ) from None
+
+
 class CredentialProxy:
     """Start it, then for each cell: ``open_cell`` -> bearer, run the harness, ``close_cell``."""
 
     def __init__(
-        self, paths: RunPaths, port: int = 0, keys: Mapping[str, str] | None = None
+        self,
+        paths: RunPaths,
+        port: int = 0,
+        keys: Mapping[str, str] | None = None,
+        header_timeout: float = HEADER_TIMEOUT_SECONDS,
     ) -> None:
         self._paths = paths
         self._port = port  # 0: any free loopback port; a lab's proxy port is fixed in lab.json
+        self._header_timeout = header_timeout
         # The real keys by variable name; None: read from this process's environment per cell.
         self._key_source: Mapping[str, str] = os.environ if keys is None else keys
         self._loop = uvloop.new_event_loop()  # libuv: about half the per-request overhead
@@ -296,13 +360,23 @@ class CredentialProxy:
     # -- on the proxy's loop -----------------------------------------------------------------
 
     async def _start(self, port: int) -> str:
+        # The one place a request leaves the proxy. Never the environment's HTTP(S)_PROXY or
+        # .netrc (trust_env): through a proxy variable the request, and over plain http the key,
+        # would go to an origin the lock does not name.
         self._session = aiohttp.ClientSession(
-            auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None)
+            auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None), trust_env=False
         )
         # aiohttp's low-level server: _handle answers every method and path itself, so an
         # Application's router and middleware chain would only cost time (a tenth of the
         # proxy's CPU per request).
-        server = web.Server(self._handle, request_factory=self._request, access_log=None)
+        # aiohttp's keep-alive timer runs from a connection's opening and from each answer, and
+        # closes the connection only while it waits for a request's head: the header timeout.
+        server = web.Server(
+            self._handle,
+            request_factory=self._request,
+            access_log=None,
+            keepalive_timeout=self._header_timeout,
+        )
         self._runner = web.ServerRunner(server)
         await self._runner.setup()
         await web.TCPSite(self._runner, LOOPBACK, port).start()
@@ -349,6 +423,7 @@ class CredentialProxy:
             upstream = await self._scripted_provider(key, script)
         else:
             upstream = model.base_url.rstrip("/")
+        trust = _upstream_trust(model)
         bearer = new_bearer()
         self._bearers.append(bearer)
         self._keys.add(key)
@@ -359,6 +434,7 @@ class CredentialProxy:
             deadline=deadline.timestamp(),
             upstream=upstream,
             key=key,
+            trust=trust,
             opened_at=datetime.now(UTC),
         )
         return bearer
@@ -390,6 +466,7 @@ class CredentialProxy:
             entry for entry in entries if entry.outcome == "forwarded" and 200 <= entry.status < 300
         ]
         reported = [entry.usage for entry in answered if entry.usage is not None]
+        redactions = sum(entry.redactions for entry in entries)
         scripted = cell.model.is_scripted
         return ProxyCellCounts(
             cell_id=cell.cell_id,
@@ -398,6 +475,7 @@ class CredentialProxy:
             opened_at=cell.opened_at,
             closed_at=datetime.now(UTC),
             physical_posts=cell.physical_posts,
+            unsent_posts=cell.unsent_posts,
             rejected_requests=cell.rejected_requests,
             provider_posts_received=(
                 self._provider.posts_received if scripted and self._provider else None
@@ -408,6 +486,7 @@ class CredentialProxy:
             requests=entries,
             upstream_statuses=upstream_statuses(entries),
             first_request=cell.first_request,
+            redactions=redactions,
         )
 
     def _admits(self, cell: _Cell | None, offered: str) -> bool:
@@ -478,25 +557,31 @@ class CredentialProxy:
                 headers=headers,
                 timeout=timeout,
                 allow_redirects=False,
+                ssl=cell.trust,
             ) as upstream:
                 exchange.mark_first_byte()
                 exchange.status = upstream.status
-                passed_back = CIMultiDict(
-                    (name, value)
-                    for name, value in upstream.headers.items()
-                    if name.lower() not in _RESPONSE_HEADERS_DROPPED
+                event_stream = "text/event-stream" in upstream.headers.get("Content-Type", "")
+                answer = AnswerFilter(
+                    upstream.headers.get("Content-Encoding"), cell.key, event_stream
                 )
-                if "text/event-stream" not in upstream.headers.get("Content-Type", ""):
-                    return await _whole_answer(upstream, passed_back, exchange)
+                if not event_stream:
+                    return await _whole_answer(upstream, answer, exchange)
                 response = web.StreamResponse(
-                    status=upstream.status, reason=upstream.reason, headers=passed_back
+                    status=upstream.status,
+                    reason=upstream.reason,
+                    headers=_passed_back(upstream, answer),
                 )
-                await _stream_answer(request, upstream, response, exchange)
+                await _stream_answer(request, upstream, response, answer, exchange)
                 return response
         except ConnectionResetError:
             exchange.outcome = "client_gone"
             return response
-        except (aiohttp.ClientError, TimeoutError) as error:
+        except aiohttp.ClientConnectorError as error:
+            return _not_sent(cell, exchange, error)
+        except (aiohttp.ClientError, TimeoutError, UnreadableEncoding, zlib.error) as error:
+            # An answer the proxy cannot decode is never passed on: what it hides (a key) could
+            # not be redacted, nor its usage read.
             return _upstream_failed(request, cell, exchange, response, error)
 
     def _record(self, cell: _Cell | None, exchange: _Exchange) -> None:

@@ -79,6 +79,7 @@ class LedgerLine(FrozenModel):
             "harbor_process",
             "previous_sha256",
             "host",
+            "unsent_posts",
         }
     )
 
@@ -99,6 +100,8 @@ class LedgerLine(FrozenModel):
     physical_posts: int = Field(ge=0)
     logical_attempts: int = Field(ge=0)
     unattributed_provider_post_requests: int = Field(ge=0, alias="unattributedProviderPostRequests")
+    # POSTs the proxy could not send (no connection to the provider); 0 in older lines.
+    unsent_posts: int = Field(default=0, ge=0)
     artifacts: tuple[RetainedFile, ...] = ()
     # Seconds per phase of the cell (reset, bearer, harbor, copy_back, ..., agent, verifier):
     # what lies outside the agent and the verifier is the runner's overhead.
@@ -143,8 +146,10 @@ class LedgerLine(FrozenModel):
 
     @property
     def reconciles(self) -> bool:
-        """Every logical attempt needs at least one physical POST; fewer means lost evidence."""
-        return self.physical_posts >= self.logical_attempts
+        """Every logical attempt needs at least one POST the proxy saw, sent on or not (a
+        harness's attempt ends in an error when the provider cannot be reached); fewer means
+        lost evidence."""
+        return self.physical_posts + self.unsent_posts >= self.logical_attempts
 
 
 ChainState = Literal["intact", "unchained", "broken"]

@@ -553,7 +553,8 @@ def batch_receipt(
     for line in recorded:
         if not line.reconciles:
             reasons.append(
-                f"{line.cell_id}: {line.physical_posts} physical POSTs < "
+                f"{line.cell_id}: {line.physical_posts} physical POSTs"
+                f"{f' + {line.unsent_posts} unsent' if line.unsent_posts else ''} < "
                 f"{line.logical_attempts} logical attempts"
             )
     harness_labels = {harness.id: harness.label for harness in lock.harnesses}

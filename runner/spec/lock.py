@@ -304,6 +304,8 @@ class TaskSource(FrozenModel):
 class Model(FrozenModel):
     """A model endpoint. ``key_env`` is the NAME of the host variable holding the key."""
 
+    LATE_FIELDS = frozenset({"ca_bundle"})
+
     id: Slug
     provider: Slug
     model: str = Field(min_length=1)
@@ -311,6 +313,12 @@ class Model(FrozenModel):
     api: Literal["openai-completions", "openai-responses", "anthropic-messages"]
     base_url: str = Field(pattern=r"^(https?|scripted)://\S+$")
     key_env: str
+    ca_bundle: str | None = Field(
+        default=None,
+        min_length=1,
+        description="a PEM file of the CA certificates the proxy trusts for an https base_url "
+        "(a private CA), relative to the repository root; None: the system trust store",
+    )
 
     @field_validator("key_env")
     @classmethod
@@ -322,6 +330,12 @@ class Model(FrozenModel):
                 "never the key itself"
             )
         return value
+
+    @model_validator(mode="after")
+    def _ca_bundle_only_for_https(self) -> Model:
+        if self.ca_bundle is not None and not self.base_url.startswith("https://"):
+            raise ValueError("ca_bundle is only for an https:// base_url")
+        return self
 
     @property
     def label(self) -> str:
