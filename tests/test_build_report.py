@@ -55,8 +55,14 @@ def test_a_compiler_error_is_its_own_line_without_colour_codes() -> None:
     assert missing_packages(GCC) == ()
 
 
-def test_without_a_known_cause_podmans_step_line_then_the_last_line() -> None:
-    podman = 'STEP 2/2: RUN ./configure\nchecking...\nError: building at STEP "RUN ./configure"\n'
+def test_without_a_known_cause_the_failed_steps_last_line_then_podmans() -> None:
+    ls = (
+        "STEP 2/2: RUN echo building && ls /no/such/dir\nbuilding\n"
+        "ls: cannot access '/no/such/dir': No such file or directory\n"
+        'Error: building at STEP "RUN echo building && ls /no/such/dir": while running runtime\n'
+    )
+    assert failure_line(ls, 1) == "ls: cannot access '/no/such/dir': No such file or directory"
+    podman = 'STEP 2/2: RUN ./configure\nError: building at STEP "RUN ./configure"\n'
     assert failure_line(podman, 1) == 'Error: building at STEP "RUN ./configure"'
     assert failure_line("one\nsomething odd happened\n\n", 2) == "something odd happened"
     assert failure_line("", 3) == "no output (exit status 3)"

@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 
 from runner.artifacts.recording import merge_recorded, read_record
+from runner.artifacts.task_builds import recording_mirror
 from runner.cache.paths import CachePaths
 from runner.cache.store import ArtifactStore
 from runner.core.files import read_model, write_model
-from runner.core.processes import stop_process
 from runner.core.roots import CACHE_ENV
 from runner.guest.build_report import missing_packages
-from runner.lab.mirror import read_requests, running_mirror, start_server
+from runner.lab.mirror import read_requests, running_mirror
 from runner.spec.resolution import PinnedArtifact, Resolution, ResolverTools
 from tests.support.upstream_standin import DEB_POOL_PATH, WHEEL_NAME, Upstream, upstream_standin
 
@@ -87,24 +87,16 @@ def pip_download(mirror: str, work: Path, requirement: str) -> subprocess.Comple
 
 
 @contextmanager
-def recording_mirror(
+def recording_at(
     resolution: Path, upstream: Upstream, work: Path, packages: bytes | None = None
 ) -> Iterator[tuple[str, Path, Path]]:
-    work.mkdir(parents=True, exist_ok=True)
-    port, log, record = free_port(), work / "mirror.jsonl", work / "record.jsonl"
-    index = work / "upstream-Packages"
-    index.write_bytes(upstream.packages if packages is None else packages)
-    process = start_server(
-        [sys.executable, "-m", "runner.artifacts.recording", "--resolution", str(resolution),
-         "--port", str(port), "--log", str(log), "--record", str(record), "--task", TASK,
-         "--debian-mirror", upstream.debian_mirror, "--packages", str(index),
-         "--python-index", upstream.python_index, "--suite", "trixie"],
-        port,
-    )  # fmt: skip
-    try:
+    """The recording mirror on a free port, fetching from the stand-in upstream."""
+    port = free_port()
+    with recording_mirror(
+        resolution, port, work, TASK, upstream.debian_mirror,
+        upstream.packages if packages is None else packages, upstream.python_index, "trixie",
+    ) as (log, record):  # fmt: skip
         yield f"http://127.0.0.1:{port}", log, record
-    finally:
-        stop_process(process, 10)
 
 
 @contextmanager
@@ -129,7 +121,7 @@ def test_outside_the_frozen_set_named_then_recorded_then_served_offline_byte_ide
 
     recording = tmp_path / "recording"
     with upstream_standin(tmp_path) as upstream:
-        with recording_mirror(resolution_file, upstream, recording) as (mirror, log, record):
+        with recording_at(resolution_file, upstream, recording) as (mirror, log, record):
             apt = apt_download(mirror, recording, "bench-extra")
             pip = pip_download(mirror, recording, "bench-extra==2.0")
             upstream_asked = list(upstream.requests)
@@ -168,7 +160,7 @@ def test_a_file_unlike_its_index_entry_is_refused_and_its_failure_recorded(
 ) -> None:
     with upstream_standin(tmp_path) as upstream:
         lying = upstream.packages.split(b"SHA256: ")[0] + b"SHA256: " + b"0" * 64 + b"\n"
-        with recording_mirror(resolution_file, upstream, tmp_path, lying) as (mirror, _, record):
+        with recording_at(resolution_file, upstream, tmp_path, lying) as (mirror, _, record):
             apt = apt_download(mirror, tmp_path, "bench-extra")
         deb_digest = "sha256:" + hashlib.sha256(upstream.deb).hexdigest()
     assert apt.returncode != 0

@@ -208,13 +208,29 @@ def read_record(path: Path) -> tuple[tuple[PinnedArtifact, ...], tuple[RecordedF
     return tuple(served), tuple(failed)
 
 
+BUILD_KINDS = ("build-deb", "build-python")
+
+
+def carried_records(
+    previous: tuple[PinnedArtifact, ...], task_ids: tuple[str, ...]
+) -> tuple[PinnedArtifact, ...]:
+    """What earlier recorded builds took, for the tasks still in the lock: a fresh resolution
+    keeps them (only a recorded build changes them)."""
+    kept = []
+    for artifact in previous:
+        tasks = tuple(task for task in artifact.tasks if task in task_ids)
+        if artifact.kind in BUILD_KINDS and tasks:
+            kept.append(artifact.model_copy(update={"tasks": tasks}))
+    return tuple(kept)
+
+
 def merge_recorded(resolution: Resolution, recorded: tuple[PinnedArtifact, ...]) -> Resolution:
     """``resolution`` with the recorded files: one artifact per file, naming every task whose
     build took it; the tasks recorded now replace what the resolution said of them before."""
     tasks = {task for artifact in recorded for task in artifact.tasks}
     kept: dict[str, PinnedArtifact] = {}
     for artifact in resolution.artifacts:
-        if artifact.kind in ("build-deb", "build-python"):
+        if artifact.kind in BUILD_KINDS:
             others = tuple(task for task in artifact.tasks if task not in tasks)
             if not others:
                 continue

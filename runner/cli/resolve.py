@@ -4,7 +4,11 @@ The resolution file is authoritative: ``runner resolve LOCK`` fetches its artifa
 and sha256 as recorded) into the host cache and never asks a resolver or rewrites the file; a
 resolution that does not cover the lock any more is refused. ``--update`` resolves afresh,
 writes the resolution (and the harness trees' lockfiles beside it) and prints what changed,
-package by package. ``--check`` resolves afresh and compares, leaving the file as it is.
+package by package; with ``--lab LAB`` (a provisioned lab of this lock) it then builds each
+task's image once against the recording mirror (runner.artifacts.task_builds) and records what
+each build took beyond the frozen set under that task, so every later build is served it
+offline. What earlier recorded builds took is kept by a plain ``--update``. ``--check``
+resolves afresh and compares, leaving the file as it is.
 
 Exit codes: 0 fetched (or updated, or with --check, matching); 1 an artifact its source does
 not have, a download or digest that differs from the record, or a --check mismatch; 2 bad
@@ -21,12 +25,15 @@ import click
 from rich.console import Console
 
 from runner.artifacts.recorded import fetch_recorded
+from runner.artifacts.recording import carried_records, merge_recorded
 from runner.artifacts.resolver import ALL_SECTIONS, Section, resolve_lock
+from runner.artifacts.task_builds import lab_guest, record_task_builds, suite_packages
 from runner.cache.paths import CachePaths
 from runner.cache.store import ArtifactStore
 from runner.core.errors import InputError, RunnerError
 from runner.core.files import read_model, write_atomic, write_model
 from runner.core.roots import REPO_ROOT
+from runner.lab.tasks import task_derivations
 from runner.spec.lock import load_lock
 from runner.spec.resolution import (
     RecordedContent,
@@ -52,12 +59,20 @@ from runner.spec.resolution import (
     help="Resolve afresh and compare with the resolution file; refuse on any difference "
     "(the file is left as it is).",
 )
-def resolve_command(lock_path: Path, update: bool, check: bool) -> None:
+@click.option(
+    "--lab",
+    help="With --update: build each task's image once in this provisioned lab against the "
+    "recording mirror and record what the build took beyond the frozen set (minutes per task "
+    "under emulation).",
+)
+def resolve_command(lock_path: Path, update: bool, check: bool, lab: str | None) -> None:
     """Fetch LOCK's recorded artifacts for its guest into the host cache (--update: re-resolve)."""
     if update and check:
         raise InputError("give --update or --check, not both")
+    if lab is not None and not update:
+        raise InputError("--lab records task builds: give it with --update")
     if update:
-        lines = update_resolution(lock_path)
+        lines = update_resolution(lock_path, lab=lab)
     elif check:
         lines = check_resolution(lock_path)
     else:
@@ -87,18 +102,31 @@ def update_resolution(
     lock_path: Path,
     paths: CachePaths | None = None,
     sections: frozenset[Section] = ALL_SECTIONS,
+    lab: str | None = None,
 ) -> list[str]:
-    """Resolve afresh, write the resolution and its lockfiles; one line per change."""
+    """Resolve afresh, write the resolution and its lockfiles; one line per change. With a
+    ``lab``, each task's build is then recorded into it (a line per task)."""
     lock = load_lock(lock_path)
     path = resolution_path(lock_path, lock)
     previous = read_model(path, RecordedContent) if path.is_file() else None
     paths = paths or CachePaths.default()
-    resolution, summary = _resolve(lock_path, paths, sections)
+    resolution, summary = _resolve(lock_path, paths, sections, previous)
     _write_lockfiles(path, resolution, ArtifactStore(paths))
     write_model(path, resolution)
+    recorded_lines = []
+    if lab is not None:
+        builds = record_task_builds(
+            lock, path, lab_guest(lab), task_derivations(lock, resolution.tasks),
+            suite_packages(lock, paths),
+        )  # fmt: skip
+        served = tuple(artifact for build in builds for artifact in build.served)
+        resolution = merge_recorded(resolution, served)
+        write_model(path, resolution)
+        recorded_lines = [build.line() for build in builds]
     before = previous.environment_fingerprint if previous else "(none)"
     return [
         summary,
+        *recorded_lines,
         *(changes(previous, resolution) or ["no change"]),
         f"{len(resolution.artifacts)} artifacts for {lock.guest.arch}, written to {path}",
         f"environment {before} -> {resolution.environment_fingerprint}"
@@ -111,7 +139,7 @@ def check_resolution(lock_path: Path) -> list[str]:
     lock = load_lock(lock_path)
     path = resolution_path(lock_path, lock)
     recorded = load_resolution(path, lock, lock_path)
-    resolution, summary = _resolve(lock_path, CachePaths.default(), ALL_SECTIONS)
+    resolution, summary = _resolve(lock_path, CachePaths.default(), ALL_SECTIONS, recorded)
     difference = recorded.artifact_difference(resolution)
     if difference is not None:
         raise RunnerError(f"{path}: differs from a fresh resolution: {difference}")
@@ -119,18 +147,22 @@ def check_resolution(lock_path: Path) -> list[str]:
 
 
 def _resolve(
-    lock_path: Path, paths: CachePaths, sections: frozenset[Section]
+    lock_path: Path,
+    paths: CachePaths,
+    sections: frozenset[Section],
+    previous: RecordedContent | Resolution | None,
 ) -> tuple[Resolution, str]:
+    """A fresh resolution, keeping what ``previous`` recorded of the lock's tasks' builds."""
     started = time.monotonic()
-    resolved = asyncio.run(
-        resolve_lock(load_lock(lock_path), REPO_ROOT, paths, _console(), sections)
-    )
+    lock = load_lock(lock_path)
+    resolved = asyncio.run(resolve_lock(lock, REPO_ROOT, paths, _console(), sections))
+    carried = carried_records(previous.artifacts if previous else (), lock.tasks.ids)
     seconds = time.monotonic() - started
     summary = (
         f"{resolved.report.summary()} ({seconds:.1f} s; {resolved.total_bytes / 1e6:.1f} MB; "
         f"store {paths.artifacts})"
     )
-    return resolved.resolution, summary
+    return merge_recorded(resolved.resolution, carried), summary
 
 
 def _write_lockfiles(path: Path, resolution: Resolution, store: ArtifactStore) -> None:

@@ -18,16 +18,17 @@ from pathlib import Path
 
 # `timeout`'s exit status when the build ran past its limit (and was stopped).
 TIMED_OUT = 124
-# A failure's own line, most telling first: the package manager's or compiler's words before
-# Podman's "Error: building at STEP" that every failed step ends with.
+# A failure's own line, most telling first: the package manager's or compiler's words; else
+# the step's last line before Podman's "Error: building at STEP" that every failed step ends with.
 _CAUSES = (
     re.compile(r"^E: .+$", re.MULTILINE),  # apt
     re.compile(r"^ERROR: .+$", re.MULTILINE),  # pip
     re.compile(r"^(?:npm ERR!|npm error) .+$", re.MULTILINE),
     re.compile(r"^.*\b(?:error(?:\[\w+\])?|fatal error|fatal): .+$", re.MULTILINE),
     re.compile(r"^.*: (?:command not found|not found)$", re.MULTILINE),
-    re.compile(r"^Error: .+$", re.MULTILINE),  # Podman's own
 )
+_PODMAN_STEP_FAILED = "Error: building at STEP"
+_PODMAN_OWN = ("STEP ", "--> ", "COMMIT ", _PODMAN_STEP_FAILED)
 # What a package manager says of a package the mirror's frozen set does not have.
 _MISSING = (
     re.compile(r"^E: Unable to locate package (\S+)", re.MULTILINE),
@@ -55,6 +56,13 @@ def failure_line(log: str, status: int | None, timeout_seconds: float | None = N
         if found := cause.search(text):
             return found.group(0).strip()[:300]
     lines = [line.strip() for line in text.splitlines() if line.strip()]
+    failed_at = next(
+        (at for at in range(len(lines) - 1, -1, -1) if lines[at].startswith(_PODMAN_STEP_FAILED)),
+        None,
+    )
+    if failed_at is not None:
+        own = [line for line in lines[:failed_at] if not line.startswith(_PODMAN_OWN)]
+        return (own[-1] if own else lines[failed_at])[:300]
     return lines[-1][:300] if lines else f"no output (exit status {status})"
 
 
