@@ -40,6 +40,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import unquote
 
 from pydantic import Field
 
@@ -248,7 +249,8 @@ class MirrorServer(ThreadingHTTPServer):
     def answer(self, path: str) -> tuple[bytes | None, str, bool]:
         """The body (None: 404), what was asked, and whether the frozen set lacks it (a body
         with a miss: recorded from upstream)."""
-        parts = [part for part in path.split("/") if part not in ("", ".")]
+        # apt quotes a version's "~" (%7e) in a file's URL; the index names the file unquoted.
+        parts = [unquote(part) for part in path.split("/") if part not in ("", ".")]
         if parts[:1] == ["debian"]:
             return self._debian("/".join(parts[1:]))
         if parts[:1] == ["simple"]:

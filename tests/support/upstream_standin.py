@@ -16,8 +16,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import unquote
 
-DEB_POOL_PATH = "pool/main/b/bench-extra/bench-extra_1.0_all.deb"
+# A "~" in the version: apt quotes it in the file's URL (%7e), as Debian's "~deb13u1" are.
+DEB_VERSION = "1.0~deb13u1"
+DEB_POOL_PATH = f"pool/main/b/bench-extra/bench-extra_{DEB_VERSION}_all.deb"
 WHEEL_NAME = "bench_extra-2.0-py3-none-any.whl"
 
 
@@ -81,14 +84,14 @@ def _stanza(deb: bytes, work: Path) -> bytes:
 
 @contextmanager
 def upstream_standin(work: Path) -> Iterator[Upstream]:
-    deb, wheel = built_deb(work, "bench-extra", "1.0"), built_wheel()
+    deb, wheel = built_deb(work, "bench-extra", DEB_VERSION), built_wheel()
     requests: list[str] = []
     files = {f"/debian/{DEB_POOL_PATH}": deb, f"/files/{WHEEL_NAME}": wheel}
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             requests.append(self.path)
-            body = files.get(self.path)
+            body = files.get(unquote(self.path))
             if self.path == "/simple/bench-extra/":
                 url = f"http://127.0.0.1:{server.server_address[1]}/files/{WHEEL_NAME}"
                 body = json.dumps({"meta": {"api-version": "1.1"}, "name": "bench-extra", "files": [
