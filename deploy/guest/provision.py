@@ -41,7 +41,13 @@ from runner.lab.layout import (
 )
 from runner.lab.tasks import derive_tasks
 from runner.spec.lock import Lock
-from runner.spec.resolution import PinnedArtifact, Resolution, load_resolution, resolution_path
+from runner.spec.resolution import (
+    BUILD_KINDS,
+    PinnedArtifact,
+    Resolution,
+    load_resolution,
+    resolution_path,
+)
 from runner.spec.tasks import TaskDerivation
 
 # Mount options exactly as /proc/self/mountinfo shows them (pyinfra's server.mount compares
@@ -228,7 +234,10 @@ def plan_guest(lock: Lock, lock_path: Path, lab: str) -> GuestPlan:
         image_inputs=image_inputs,
         rootfs_tar=_rootfs_tar(lock.guest.arch, verifier.dest if verifier else None),
         task_images=_task_images(
-            derived_tasks, image_inputs, tuple(image.digest for image in registry_images)
+            derived_tasks,
+            image_inputs,
+            tuple(image.digest for image in registry_images),
+            tuple(a for a in resolution.artifacts if a.kind in BUILD_KINDS),
         ),
         mirror=guest.Mirror(lab, str(resolution_path(lock_path, lock))),
     )
@@ -366,20 +375,25 @@ def _task_images(
     tasks: tuple[tuple[Bundle, TaskDerivation], ...],
     image_inputs: str,
     registry_digests: tuple[str, ...] = (),
+    recorded: tuple[PinnedArtifact, ...] = (),
 ) -> tuple[TaskImage, ...]:
-    """One image per task, rebuilt when its bundle or a base image's inputs change (the local
-    ones' inputs, the registry ones' digests; a lock without registry images keeps the digests
-    its guests' task images were labelled with)."""
-    return tuple(
-        TaskImage(
-            task=derivation.id,
-            image=GUEST.task_image(derivation.id),
-            context=f"{task.dest}/environment",
-            digest=sha256_digest(canonical_json([task.digest, image_inputs, *registry_digests])),
-            build_timeout_sec=derivation.settings.build_timeout_sec,
+    """One image per task, rebuilt when its bundle, a base image's inputs (the local ones'
+    inputs, the registry ones' digests) or what its recorded build took change; a lock without
+    registry images or recorded builds keeps the digests its guests' images were labelled with."""
+    images = []
+    for task, derivation in tasks:
+        took = sorted(a.sha256 for a in recorded if derivation.id in a.tasks)
+        inputs = [task.digest, image_inputs, *registry_digests]
+        images.append(
+            TaskImage(
+                task=derivation.id,
+                image=GUEST.task_image(derivation.id),
+                context=f"{task.dest}/environment",
+                digest=sha256_digest(canonical_json([*inputs, *([took] if took else [])])),
+                build_timeout_sec=derivation.settings.build_timeout_sec,
+            )
         )
-        for task, derivation in tasks
-    )
+    return tuple(images)
 
 
 def _unpacked(name: str, bundle: Bundle) -> None:

@@ -41,7 +41,7 @@ from runner.core.errors import RunnerError
 from runner.core.models import FrozenModel
 from runner.core.signals import take_sigterm
 from runner.lab.mirror import serve, simple_page
-from runner.spec.resolution import ArtifactKind, PinnedArtifact, Resolution
+from runner.spec.resolution import BUILD_KINDS, ArtifactKind, PinnedArtifact, Resolution
 
 _SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 
@@ -206,9 +206,6 @@ def read_record(path: Path) -> tuple[tuple[PinnedArtifact, ...], tuple[RecordedF
         else:
             failed.append(RecordedFailure.model_validate_json(line))
     return tuple(served), tuple(failed)
-
-
-BUILD_KINDS = ("build-deb", "build-python")
 
 
 def carried_records(

@@ -81,8 +81,8 @@ def failure_table(failures: list[BuildFailure], tried: int) -> str:
         if failure.missing:
             rows.append(
                 f"  task {failure.task}: the lab's frozen package set has no "
-                f"{', '.join(failure.missing)}: add them to the lock's guest.packages and run "
-                "'runner resolve --update LOCK'"
+                f"{', '.join(failure.missing)}: record what its build takes with "
+                "'runner resolve --update LOCK --lab LAB', then deploy again"
             )
     return "\n".join(rows)
 

@@ -35,6 +35,7 @@ ArtifactKind = Literal[
     "deb", "wheel", "verifier-wheel", "npm", "node-binary", "bun-binary", "oci-image",
     "build-deb", "build-python",
 ]  # fmt: skip
+BUILD_KINDS: tuple[ArtifactKind, ...] = ("build-deb", "build-python")
 
 
 class PinnedArtifact(FrozenModel):
