@@ -15,7 +15,8 @@ from scipy.stats import binom
 from runner.records.ledger import LedgerLine
 from runner.records.schedule import Cell, Schedule, build_schedule
 from runner.run import stats
-from runner.run.receipt import BatchReceipt, PairedComparison, Receipt, build_receipt
+from runner.run.analysis import PairedComparison
+from runner.run.receipt import BatchReceipt, Receipt, build_receipt
 from runner.run.report import render_markdown
 from runner.spec.lock import load_lock
 from tests.support.ledger_factory import line_for

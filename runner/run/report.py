@@ -14,6 +14,15 @@ from runner.records.paths import RunPaths
 from runner.records.prompt import PromptFootprint
 from runner.records.schedule import Schedule
 from runner.records.tasks import RunTasks
+from runner.run.analysis import (
+    BatchStats,
+    Comparison,
+    GroupStats,
+    Metric,
+    OrderTest,
+    PairedComparison,
+    PassComparison,
+)
 from runner.run.document import (
     NOT_RETURNED,
     Align,
@@ -36,15 +45,8 @@ from runner.run.html_report import write_html
 from runner.run.identities import frozen_digests
 from runner.run.receipt import (
     BatchReceipt,
-    BatchStats,
-    Comparison,
     EvidenceState,
-    GroupStats,
     GroupSummary,
-    Metric,
-    OrderTest,
-    PairedComparison,
-    PassComparison,
     Receipt,
     RunAbort,
     Totals,

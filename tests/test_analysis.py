@@ -1,0 +1,91 @@
+"""The analysis of a ledger (runner.run.analysis) on ledgers built to contradict it: an estimate
+must lie inside its own interval, whatever cells are missing or lack a value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runner.records.ledger import LedgerLine
+from runner.records.schedule import Schedule, build_schedule
+from runner.run.analysis import Comparison, batch_stats, cells_by_harness, compare, harness_pairs
+from runner.run.stats import Estimate
+from runner.spec.lock import Lock, load_lock
+from tests.support.ledger_factory import line_for
+
+SEED_LOCK = Path(__file__).resolve().parents[1] / "locks" / "seed-54.toml"
+LOCK: Lock = load_lock(SEED_LOCK)
+SCHEDULE: Schedule = build_schedule(LOCK)
+GLM = SCHEDULE.batch("glm")
+
+
+def comparisons(lines: list[LedgerLine]) -> dict[tuple[str, str, str], Comparison]:
+    found = compare(harness_pairs(LOCK.harnesses), cells_by_harness(lines))
+    return {(c.metric, c.subject, c.baseline): c for c in found}
+
+
+def test_a_ratio_of_totals_uses_the_cells_its_interval_resamples() -> None:
+    """Every cell 1,000 tokens; Bare Pi returned them in 3 of its 9 cells."""
+    bare = [cell for cell in GLM.cells if cell.harness == "bare-pi"]
+    lines = [line_for(cell, tokens=None if cell in bare[3:] else 1000) for cell in GLM.cells]
+    tokens = comparisons(lines)[("provider_tokens", "openpi", "bare-pi")]
+    assert tokens.ratio == 1.0 and tokens.clusters == 3 and tokens.pairs == 9
+    assert (tokens.subject_value, tokens.baseline_value) == (3000, 3000)
+
+
+def test_a_ratio_of_totals_leaves_out_the_cells_one_harness_lacks() -> None:
+    """Every wall 10 s; 6 of OpenPI's cells have no ledger line."""
+    openpi = [cell for cell in GLM.cells if cell.harness == "openpi"]
+    lines = [line_for(cell) for cell in GLM.cells if cell not in openpi[3:]]
+    wall = comparisons(lines)[("wall_seconds", "openpi", "bare-pi")]
+    assert wall.ratio == 1.0 and wall.clusters == 3 and wall.pairs == 3
+
+
+def inside(value: float | None, estimate: Estimate) -> bool:
+    interval = estimate.interval
+    if value is None or interval is None:
+        return True
+    return interval.low - 1e-9 <= value <= interval.high + 1e-9
+
+
+def random_ledger(seed: int) -> list[LedgerLine]:
+    """GLM's cells with random values, about a fifth without a ledger line and a third without
+    provider tokens; walls, tokens and POSTs skewed (lognormal), some of them 0."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for cell in GLM.cells:
+        if rng.random() < 0.2:
+            continue
+        tokens = None if rng.random() < 0.3 else int(rng.lognormal(7, 1.5) * (rng.random() > 0.1))
+        posts = int(rng.lognormal(1.5, 1))
+        lines.append(
+            line_for(
+                cell,
+                wall=round(float(rng.lognormal(4, 1)), 3),
+                tokens=tokens,
+                posts=posts,
+                attempts=posts,
+            )
+        )
+    return lines
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_every_estimate_lies_inside_its_interval(seed: int) -> None:
+    lines = random_ledger(seed)
+    pairs = harness_pairs(LOCK.harnesses)
+    for comparison in compare(pairs, cells_by_harness(lines)):
+        assert comparison.interval is None or (
+            comparison.interval.low - 1e-9 <= comparison.ratio <= comparison.interval.high + 1e-9
+        ), comparison
+    found = batch_stats(LOCK, GLM, lines, pairs)
+    for group in (*found.harnesses, *found.harness_tasks):
+        for estimate in (group.wall_seconds, group.provider_tokens, group.physical_posts):
+            assert inside(estimate.value, estimate), (group.label, estimate)
+    for paired in found.comparisons:
+        for ratio in paired.median_ratios:
+            assert inside(ratio.ratio.value, ratio.ratio), (paired.subject, ratio)
+    for position in found.order.positions:
+        assert inside(position.wall_seconds.value, position.wall_seconds), position
