@@ -10,8 +10,11 @@ import pytest
 
 from runner.records.ledger import LedgerLine
 from runner.records.schedule import Schedule, build_schedule
+from runner.run import stats
 from runner.run.analysis import Comparison, batch_stats, cells_by_harness, compare, harness_pairs
-from runner.run.stats import Estimate
+from runner.run.receipt import build_receipt
+from runner.run.report import describe, render_markdown
+from runner.run.stats import Estimate, Interval
 from runner.spec.lock import Lock, load_lock
 from tests.support.ledger_factory import line_for
 
@@ -89,3 +92,54 @@ def test_every_estimate_lies_inside_its_interval(seed: int) -> None:
             assert inside(ratio.ratio.value, ratio.ratio), (paired.subject, ratio)
     for position in found.order.positions:
         assert inside(position.wall_seconds.value, position.wall_seconds), position
+
+
+def test_a_small_sample_gets_its_range_and_the_range_s_coverage() -> None:
+    """3 clusters: a percentile interval is [min, max] whatever it is called; it covers the
+    median with probability 1 - 2 x 0.5^3."""
+    assert stats.range_coverage(3) == pytest.approx(0.75)
+    assert stats.range_coverage(2) == pytest.approx(0.5)
+    three = stats.median_estimate([4.0, 1.0, 9.0])
+    assert (three.value, three.coverage, three.interval) == (4.0, 0.75, Interval(low=1, high=9))
+    assert stats.median_estimate([4.0]).interval is None
+    nine = stats.median_estimate([float(v) for v in range(9)])
+    assert nine.coverage is None and nine.interval is not None
+    ratio = stats.cluster_bootstrap(stats.ratio_of(stats.total), [[1, 2, 3], [2, 3, 4]])
+    assert ratio.value == pytest.approx(6 / 9) and ratio.interval is None
+
+
+def test_the_harness_task_table_states_what_its_intervals_cover(seed_lock_path: Path) -> None:
+    lock = load_lock(seed_lock_path)
+    schedule = build_schedule(lock)
+    lines = [line_for(cell, wall=10.0 + cell.repeat) for cell in schedule.cells]
+    text = render_markdown(build_receipt(lock, schedule, lines, "clean", "passed"))
+    assert (
+        "| Bare Pi · git-leak-recovery | 3/3 = 1.000 [0.439, 1.000] | 12.0 [11.0, 13.0]: " in text
+    )
+    assert "range of 3, covers the median with probability 0.75 |" in text
+    assert "median wall s [95 % CI]" not in text
+
+
+def test_a_ratio_over_too_few_clusters_has_no_interval() -> None:
+    openpi = [cell for cell in GLM.cells if cell.harness == "openpi"]
+    lines = [line_for(cell) for cell in GLM.cells if cell not in openpi[3:]]
+    labels = {h.id: h.label for h in LOCK.harnesses}
+    wall = comparisons(lines)[("wall_seconds", "openpi", "bare-pi")]
+    assert wall.interval is None
+    assert describe(wall, labels, stats.Methods()).endswith(
+        "; no interval (3 clusters: too few to bootstrap)"
+    )
+
+
+def test_a_ratio_whose_baseline_median_is_0_says_so(seed_lock_path: Path) -> None:
+    lock = load_lock(seed_lock_path)
+    schedule = build_schedule(lock)
+    lines = [
+        line_for(cell, posts=0 if cell.harness == "bare-pi" else 3, attempts=0)
+        for cell in schedule.cells
+    ]
+    text = render_markdown(build_receipt(lock, schedule, lines, "clean", "passed"))
+    assert (
+        "| Pi + OpenPI vs Bare Pi | physical POSTs | undefined: the baseline's median is 0 | 9 |"
+        in text
+    )

@@ -133,7 +133,8 @@ def test_glm_token_ratio_has_its_interval(reference_receipt: Receipt) -> None:  
     text = render_markdown(reference_receipt)
     assert (
         "Pi + OpenPI vs OMP, tokens: -84.7 % (0.15x; OMP = 6.56x Pi + OpenPI); "
-        "95 % CI of the ratio [0.15, 0.15] (9 clusters)"
+        "95 % CI of the ratio [0.15, 0.15] (9 clusters; percentile bootstrap of (task, repeat) "
+        "clusters (scipy.stats.bootstrap), seed 13, 9999 resamples)"
     ) in text
 
 

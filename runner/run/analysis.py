@@ -76,6 +76,8 @@ class PassComparison(FrozenModel):
 class MedianRatio(FrozenModel):
     metric: Metric
     ratio: Estimate = Field(description="median(subject) / median(baseline), paired clusters")
+    # So a ratio without a value says why: none returned, or a baseline median of 0.
+    baseline_median: float | None = None
 
 
 class PairedComparison(FrozenModel):
@@ -190,7 +192,7 @@ def compare(pairs: tuple[tuple[str, str], ...], cells: dict[str, Cells]) -> tupl
 def group_stats(harness: str, task: str | None, label: str, lines: list[LedgerLine]) -> GroupStats:
     def median_of(metric: Metric) -> Estimate:
         # One cell per (task, repeat) cluster in a harness: resampling cells is resampling clusters.
-        return stats.cluster_bootstrap(stats.median, [values(lines, metric)])
+        return stats.median_estimate(values(lines, metric))
 
     return GroupStats(
         harness=harness,
@@ -240,6 +242,15 @@ def with_holm(comparisons: list[PassComparison]) -> list[PassComparison]:
     ]
 
 
+def median_ratio(metric: Metric, subject: Cells, baseline: Cells) -> MedianRatio:
+    paired = paired_values(subject, baseline, metric)
+    return MedianRatio(
+        metric=metric,
+        ratio=stats.cluster_bootstrap(stats.ratio_of(stats.median), paired),
+        baseline_median=float(stats.median(paired[1])) if paired[1] else None,
+    )
+
+
 def paired_comparisons(
     pairs: tuple[tuple[str, str], ...], cells: dict[str, Cells]
 ) -> tuple[PairedComparison, ...]:
@@ -253,13 +264,7 @@ def paired_comparisons(
             passes=passes,
             passes_without_indeterminate=without,
             median_ratios=tuple(
-                MedianRatio(
-                    metric=metric,
-                    ratio=stats.cluster_bootstrap(
-                        stats.ratio_of(stats.median),
-                        paired_values(cells.get(subject, {}), cells.get(baseline, {}), metric),
-                    ),
-                )
+                median_ratio(metric, cells.get(subject, {}), cells.get(baseline, {}))
                 for metric in METRICS
             ),
         )
@@ -306,7 +311,7 @@ def order_effects(batch: Batch, lines: list[LedgerLine], harness_ids: list[str])
             PositionStats(
                 position=position,
                 passes=stats.wilson(sum(line.outcome == "pass" for line in cells), len(cells)),
-                wall_seconds=stats.cluster_bootstrap(stats.median, [values(cells, "wall_seconds")]),
+                wall_seconds=stats.median_estimate(values(cells, "wall_seconds")),
             )
             for position, cells in at.items()
         ),

@@ -55,7 +55,7 @@ from runner.run.receipt import (
 from runner.run.report_plots import save as save_png
 from runner.run.requests import Figure, HarnessRequests
 from runner.run.signing import OperatorKey, fingerprint_of
-from runner.run.stats import Estimate, Interval, Methods, Proportion
+from runner.run.stats import RANGE_CLUSTERS, Estimate, Interval, Methods, Proportion
 from runner.spec.lock import load_lock
 from runner.spec.tasks import TaskDerivation
 from runner.verify.report import VerifyReport
@@ -221,9 +221,10 @@ def _table(title: str, groups: tuple[GroupSummary, ...]) -> Table:
     )
 
 
-def describe(comparison: Comparison, labels: dict[str, str]) -> str:
+def describe(comparison: Comparison, labels: dict[str, str], methods: Methods) -> str:
     """E.g. 'Pi + OpenPI vs OMP, tokens: -84.7 % (0.15x; OMP = 6.56x Pi + OpenPI)', then the
-    interval of the ratio when the receipt has one."""
+    interval of the ratio, how it was drawn and over how many clusters when the receipt has
+    one."""
     subject, baseline = labels[comparison.subject], labels[comparison.baseline]
     inverse = 1 / comparison.ratio if comparison.ratio else float("inf")
     text = (
@@ -233,8 +234,15 @@ def describe(comparison: Comparison, labels: dict[str, str]) -> str:
     )
     if comparison.clusters is None:
         return text
+    clusters = f"{comparison.clusters} clusters"
+    if comparison.pairs is not None and comparison.pairs > comparison.clusters:
+        clusters = f"the {comparison.clusters} of {comparison.pairs} paired clusters with the value"
+    if comparison.interval is None and comparison.clusters <= RANGE_CLUSTERS:
+        return f"{text}; no interval ({clusters}: too few to bootstrap)"
     interval = fmt_interval(comparison.interval, ".2f")
-    return f"{text}; 95 % CI of the ratio {interval} ({comparison.clusters} clusters)"
+    return (
+        f"{text}; {_ci(methods)} of the ratio {interval} ({clusters}; {_bootstrap_words(methods)})"
+    )
 
 
 def fmt_interval(interval: Interval | None, spec: str) -> str:
@@ -252,10 +260,23 @@ def fmt_proportion(proportion: Proportion) -> str:
     )
 
 
+def fmt_estimate_interval(estimate: Estimate, spec: str) -> str:
+    """The interval as what it is: the bootstrap's, a small sample's range with its coverage,
+    or none from too few clusters."""
+    if estimate.coverage is not None and estimate.interval is not None:
+        return (
+            f"{fmt_interval(estimate.interval, spec)}: range of {estimate.clusters}, covers the "
+            f"median with probability {estimate.coverage:.2f}"
+        )
+    if estimate.interval is None and estimate.clusters <= RANGE_CLUSTERS:
+        return f"(no interval from {estimate.clusters} clusters)"
+    return fmt_interval(estimate.interval, spec)
+
+
 def fmt_estimate(estimate: Estimate, spec: str, cells: int) -> str:
     if estimate.value is None:
         return NOT_RETURNED
-    text = f"{estimate.value:{spec}} {fmt_interval(estimate.interval, spec)}"
+    text = f"{estimate.value:{spec}} {fmt_estimate_interval(estimate, spec)}"
     return text if estimate.clusters == cells else f"{text} ({estimate.clusters}/{cells} cells)"
 
 
@@ -269,14 +290,22 @@ def p_is(p_value: float) -> str:
 
 def _bootstrap_words(methods: Methods) -> str:
     return (
-        f"{methods.confidence:.0%} CI: {methods.bootstrap}, seed {methods.bootstrap_seed}, "
+        f"{methods.bootstrap}, seed {methods.bootstrap_seed}, "
         f"{methods.bootstrap_resamples} resamples"
     )
 
 
+def _ci(methods: Methods) -> str:
+    return f"{methods.confidence * 100:.0f} % CI"
+
+
+def _interval_words(methods: Methods) -> str:
+    return f"[interval]: {_ci(methods)}, {_bootstrap_words(methods)}; {methods.small_samples}"
+
+
 def _uncertainty_table(title: str, groups: tuple[GroupStats, ...]) -> Table:
-    columns = ["pass rate [95 % CI]", "median wall s [95 % CI]", "median tokens [95 % CI]"]
-    columns += ["median physical POST [95 % CI]", "n clusters"]
+    columns = ["pass rate [95 % CI]", "median wall s [interval]", "median tokens [interval]"]
+    columns += ["median physical POST [interval]", "n clusters"]
     return table(
         [(title, L), *((column, R) for column in columns)],
         (
@@ -331,11 +360,12 @@ def _ratio_rows(name: str, comparison: PairedComparison) -> list[tuple[str, ...]
     rows: list[tuple[str, ...]] = []
     for ratio in comparison.median_ratios:
         estimate = ratio.ratio
-        value = (
-            NOT_RETURNED
-            if estimate.value is None
-            else f"{estimate.value:.2f} {fmt_interval(estimate.interval, '.2f')}"
-        )
+        if estimate.value is not None:
+            value = f"{estimate.value:.2f} {fmt_estimate_interval(estimate, '.2f')}"
+        elif ratio.baseline_median == 0:
+            value = "undefined: the baseline's median is 0"
+        else:
+            value = NOT_RETURNED
         rows.append((name, _METRIC_WORDS[ratio.metric], value, str(estimate.clusters)))
     return rows
 
@@ -366,12 +396,12 @@ def _paired_section(stats: BatchStats, labels: dict[str, str]) -> list[Block]:
             )
         ),
         *bullets(_sensitivity(name, c) for name, c in pairs),
-        Paragraph((f"Ratio of medians per cell, paired clusters ({_bootstrap_words(methods)}):",)),
+        Paragraph((f"Ratio of medians per cell, paired clusters ({_interval_words(methods)}):",)),
         table(
             [
                 ("subject vs baseline", L),
                 ("metric", L),
-                ("ratio of medians [95 % CI]", R),
+                ("ratio of medians [interval]", R),
                 ("n clusters", R),
             ],
             (row for name, c in pairs for row in _ratio_rows(name, c)),
@@ -396,12 +426,12 @@ def _order_section(stats: BatchStats) -> list[Block]:
     methods = stats.methods
     return [
         Heading(3, ("Order effects (position inside each (task, repeat) block)",)),
-        Paragraph((f"Pass rate: Wilson interval; median wall: {_bootstrap_words(methods)}.",)),
+        Paragraph((f"Pass rate: Wilson interval; median wall {_interval_words(methods)}.",)),
         table(
             [
                 ("position", R),
                 ("pass rate [95 % CI]", R),
-                ("median wall s [95 % CI]", R),
+                ("median wall s [interval]", R),
                 ("n cells", R),
             ],
             (
@@ -423,7 +453,7 @@ def _stats_section(stats: BatchStats, labels: dict[str, str]) -> list[Block]:
     methods = stats.methods
     caption = (
         f"Pass rate: {methods.proportion_interval} {methods.confidence:.0%} interval, "
-        f"indeterminate counted as not passed. Medians per cell, {_bootstrap_words(methods)}; "
+        f"indeterminate counted as not passed. Medians per cell, {_interval_words(methods)}; "
         "per harness each (task, repeat) cluster holds one cell."
     )
     return [
@@ -512,6 +542,7 @@ def batch_heading(batch: BatchReceipt) -> Heading:
 
 def _batch_section(batch: BatchReceipt) -> list[Block]:
     labels = {group.key: group.label for group in batch.harnesses}
+    methods = batch.stats.methods if batch.stats is not None else Methods()
     blocks: list[Block] = [
         batch_heading(batch),
         Paragraph(
@@ -532,7 +563,7 @@ def _batch_section(batch: BatchReceipt) -> list[Block]:
                 "of totals; the interval resamples the paired (task, repeat) clusters):",
             )
         ),
-        *bullets(describe(comparison, labels) for comparison in batch.comparisons),
+        *bullets(describe(comparison, labels, methods) for comparison in batch.comparisons),
     ]
     missing_tokens = [g.label for g in batch.harnesses if g.totals.provider_tokens is None]
     if missing_tokens:

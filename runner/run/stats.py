@@ -2,7 +2,9 @@
 
 - pass rates: Wilson score interval (``scipy.stats.binomtest(...).proportion_ci``);
 - medians and ratios: percentile bootstrap (``scipy.stats.bootstrap``) that resamples
-  (task, repeat) clusters, never single cells, with a fixed seed;
+  (task, repeat) clusters, never single cells, with a fixed seed; at most ``RANGE_CLUSTERS``
+  clusters a percentile interval is the sample's range whatever its label says (3 clusters:
+  coverage 0.75), so a median gets its range with the range's exact coverage and a ratio none;
 - paired pass/fail: exact McNemar (two-sided binomial test of b of b + c at 0.5), Holm-corrected;
 - the smallest pass-rate difference the design detects at 80 % power (exact, a lower bound);
 - order effects: Kruskal-Wallis H, its p-value from a stratified permutation with a fixed seed.
@@ -27,6 +29,7 @@ ALPHA = 0.05
 POWER = 0.80
 BOOTSTRAP_SEED = 13
 BOOTSTRAP_RESAMPLES = 9999
+RANGE_CLUSTERS = 5
 PERMUTATION_SEED = 13
 PERMUTATIONS = 9999
 
@@ -42,6 +45,10 @@ class Methods(FrozenModel):
     bootstrap: str = "percentile bootstrap of (task, repeat) clusters (scipy.stats.bootstrap)"
     bootstrap_seed: int = BOOTSTRAP_SEED
     bootstrap_resamples: int = BOOTSTRAP_RESAMPLES
+    small_samples: str = (
+        f"at most {RANGE_CLUSTERS} clusters: a median's interval is the range of the values, "
+        "with its exact probability of covering the median (1 - 2 x 0.5^n); a ratio has none"
+    )
     paired_test: str = (
         "exact McNemar: two-sided binomial test of b of b + c at 0.5 (p = 1 if b + c = 0)"
     )
@@ -74,12 +81,15 @@ class Proportion(FrozenModel):
 
 
 class Estimate(FrozenModel):
-    """A statistic over ``clusters`` clusters with its bootstrap interval. ``value`` None means
-    no cluster had the value (e.g. provider tokens not returned), never 0."""
+    """A statistic over ``clusters`` clusters with its interval: the bootstrap's at
+    ``CONFIDENCE`` when ``coverage`` is None, else the range of the values, which covers the
+    median with probability ``coverage``. ``value`` None means no cluster had the value (e.g.
+    provider tokens not returned), never 0."""
 
     value: float | None
     interval: Interval | None
     clusters: int
+    coverage: float | None = None
 
 
 class PermutationTest(FrozenModel):
@@ -135,7 +145,7 @@ def cluster_bootstrap(statistic: Statistic, samples: Sequence[Sequence[float]]) 
     if clusters == 0:
         return Estimate(value=None, interval=None, clusters=0)
     value = _finite(statistic(*arrays, axis=-1))
-    if clusters < 2 or value is None:
+    if clusters <= RANGE_CLUSTERS or value is None:
         return Estimate(value=value, interval=None, clusters=clusters)
 
     def on_clusters(indices: Any, axis: int = -1) -> Any:
@@ -155,6 +165,27 @@ def cluster_bootstrap(statistic: Statistic, samples: Sequence[Sequence[float]]) 
     low, high = (_finite(bound) for bound in result.confidence_interval)
     interval = Interval(low=low, high=high) if low is not None and high is not None else None
     return Estimate(value=value, interval=interval, clusters=clusters)
+
+
+def range_coverage(n: int) -> float:
+    """The probability that the range of ``n`` values covers their distribution's median (at
+    least that, with ties): 1 - P(all above) - P(all below) = 1 - 2 x 0.5^n."""
+    from scipy import stats
+
+    return float(stats.binom.cdf(n - 1, n, 0.5) - stats.binom.cdf(0, n, 0.5))
+
+
+def median_estimate(values: Sequence[float]) -> Estimate:
+    """The median of one value per cluster: its bootstrap interval, or at most
+    ``RANGE_CLUSTERS`` values their range and its coverage (none for a single value)."""
+    if not 2 <= len(values) <= RANGE_CLUSTERS:
+        return cluster_bootstrap(median, [values])
+    return Estimate(
+        value=float(np.median(values)),
+        interval=Interval(low=float(min(values)), high=float(max(values))),
+        clusters=len(values),
+        coverage=range_coverage(len(values)),
+    )
 
 
 def mcnemar_exact(subject_only: int, baseline_only: int) -> float:
