@@ -95,10 +95,19 @@ class PositionStats(FrozenModel):
 
 
 class OrderTest(FrozenModel):
+    """Position against harness on one outcome. The cyclic Latin square ties task to position
+    within a harness whenever a task keeps its place in the block across repeats, so each test
+    permutes only within the strata of the other two factors (harness x task, position x task);
+    ``separable`` of ``strata`` harness x task strata see more than one position. None of them:
+    the schedule cannot tell position from task, and both tests are None (receipts written
+    before the strata have neither count)."""
+
     outcome: Literal["pass", "wall_seconds"]
-    by_position: PermutationTest
-    by_harness: PermutationTest
+    by_position: PermutationTest | None
+    by_harness: PermutationTest | None
     verdict: str
+    separable: int | None = None
+    strata: int | None = None
 
 
 class OrderEffects(FrozenModel):
@@ -272,12 +281,21 @@ def paired_comparisons(
     )
 
 
+NOT_SEPARABLE = "cannot separate position from task for this schedule: no verdict"
+NO_ORDER_EFFECT = "no order effect detected"
+
+
 def order_verdict(by_position: PermutationTest, by_harness: PermutationTest) -> str:
     if by_position.p_value >= stats.ALPHA:
-        return "no order effect detected"
+        return NO_ORDER_EFFECT
     if by_position.statistic > by_harness.statistic:
         return "ORDER EFFECT: position explains more than harness"
     return "position effect detected, smaller than the harness effect"
+
+
+def strata_of(*factors: list[int]) -> list[tuple[int, ...]]:
+    """Each cell's stratum: its levels of the given factors together."""
+    return list(zip(*factors, strict=True))
 
 
 def order_test(
@@ -285,14 +303,31 @@ def order_test(
     data: list[float],
     positions: list[int],
     harnesses: list[int],
+    tasks: list[int],
 ) -> OrderTest:
-    by_position = stats.stratified_permutation(data, positions, harnesses)
-    by_harness = stats.stratified_permutation(data, harnesses, positions)
+    harness_tasks = strata_of(harnesses, tasks)
+    seen: dict[tuple[int, ...], set[int]] = {}
+    for stratum, position in zip(harness_tasks, positions, strict=True):
+        seen.setdefault(stratum, set()).add(position)
+    separable = sum(len(found) > 1 for found in seen.values())
+    if not separable:
+        return OrderTest(
+            outcome=outcome,
+            by_position=None,
+            by_harness=None,
+            verdict=NOT_SEPARABLE,
+            separable=0,
+            strata=len(seen),
+        )
+    by_position = stats.stratified_permutation(data, positions, harness_tasks)
+    by_harness = stats.stratified_permutation(data, harnesses, strata_of(positions, tasks))
     return OrderTest(
         outcome=outcome,
         by_position=by_position,
         by_harness=by_harness,
         verdict=order_verdict(by_position, by_harness),
+        separable=separable,
+        strata=len(seen),
     )
 
 
@@ -306,6 +341,8 @@ def order_effects(batch: Batch, lines: list[LedgerLine], harness_ids: list[str])
         for p in range(1, width + 1)
     }
     harnesses = [harness_ids.index(cell_of[line.cell_id].harness) for line in lines]
+    task_ids = sorted({line.task for line in lines})
+    tasks = [task_ids.index(line.task) for line in lines]
     return OrderEffects(
         positions=tuple(
             PositionStats(
@@ -317,9 +354,13 @@ def order_effects(batch: Batch, lines: list[LedgerLine], harness_ids: list[str])
         ),
         tests=(
             order_test(
-                "pass", [float(line.outcome == "pass") for line in lines], positions, harnesses
+                "pass",
+                [float(line.outcome == "pass") for line in lines],
+                positions,
+                harnesses,
+                tasks,
             ),
-            order_test("wall_seconds", values(lines, "wall_seconds"), positions, harnesses),
+            order_test("wall_seconds", values(lines, "wall_seconds"), positions, harnesses, tasks),
         ),
     )
 

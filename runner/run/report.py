@@ -411,15 +411,22 @@ def _paired_section(stats: BatchStats, labels: dict[str, str]) -> list[Block]:
 
 def _order_line(test: OrderTest, methods: Methods) -> Text:
     what = "pass/fail" if test.outcome == "pass" else "wall time"
+    if test.by_position is None or test.by_harness is None:
+        return (f"{what}: ", Strong(test.verdict), f" ({_strata_words(test)})")
     return (
         f"{what}: ",
         Strong(test.verdict),
-        f" (Kruskal-Wallis H by position within harness "
-        f"{test.by_position.statistic:.2f}, {p_is(test.by_position.p_value)}; by harness "
-        f"within position {test.by_harness.statistic:.2f}, {p_is(test.by_harness.p_value)}; "
-        f"{methods.permutations} permutations, seed "
-        f"{methods.permutation_seed})",
+        f" (Kruskal-Wallis H by position {test.by_position.statistic:.2f}, "
+        f"{p_is(test.by_position.p_value)}; H by harness {test.by_harness.statistic:.2f}, "
+        f"{p_is(test.by_harness.p_value)}; {_strata_words(test)}; "
+        f"{methods.permutations} permutations, seed {methods.permutation_seed})",
     )
+
+
+def _strata_words(test: OrderTest) -> str:
+    if test.separable is None:
+        return "strata not recorded"
+    return f"position varies in {test.separable} of {test.strata} harness x task strata"
 
 
 def _order_section(stats: BatchStats) -> list[Block]:

@@ -14,7 +14,7 @@ Every result is a model so the receipt carries it and any renderer only formats 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,8 +59,10 @@ class Methods(FrozenModel):
         "bound: smaller differences cannot be told from none)"
     )
     order_test: str = (
-        "Kruskal-Wallis H by position (labels permuted within harness strata) against H by "
-        "harness (labels permuted within position strata)"
+        "Kruskal-Wallis H by position over all cells, its p-value from permuting positions "
+        "within harness x task strata (the Latin square ties a task to a position whenever it "
+        "keeps its place in the block), against H by harness over all cells, permuted within "
+        "position x task strata"
     )
     permutation_seed: int = PERMUTATION_SEED
     permutations: int = PERMUTATIONS
@@ -236,19 +238,20 @@ def _kruskal_h(values: Any, labels: Any) -> Any:
 
 
 def stratified_permutation(
-    values: Sequence[float], groups: Sequence[int], strata: Sequence[int]
+    values: Sequence[float], groups: Sequence[int], strata: Sequence[Hashable]
 ) -> PermutationTest:
     """Kruskal-Wallis H of ``values`` by ``groups``; p-value from permuting the group labels
     within each stratum (so the strata's effect is held fixed)."""
     data = np.asarray(values, dtype=float)
     labels = np.asarray(groups)
-    layers = np.asarray(strata)
     if data.size == 0 or np.ptp(data) == 0 or len(np.unique(labels)) < 2:
         return PermutationTest(statistic=0.0, p_value=1.0)
     rng = np.random.default_rng(PERMUTATION_SEED)
     shuffled = np.tile(labels, (PERMUTATIONS, 1))
-    for layer in np.unique(layers):
-        columns = np.flatnonzero(layers == layer)
+    layers: dict[Hashable, list[int]] = {}
+    for column, layer in enumerate(strata):
+        layers.setdefault(layer, []).append(column)
+    for columns in layers.values():
         shuffled[:, columns] = rng.permuted(shuffled[:, columns], axis=1)
     observed = float(_kruskal_h(data, labels[np.newaxis, :])[0])
     null = _kruskal_h(data, shuffled)
