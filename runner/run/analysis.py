@@ -71,6 +71,8 @@ class PassComparison(FrozenModel):
     p_value: float
     p_holm: float
     detectable_difference: float | None
+    # Holm's strictest step, ALPHA / the pairs compared; None in receipts written before it.
+    detectable_alpha: float | None = None
 
 
 class MedianRatio(FrozenModel):
@@ -218,7 +220,8 @@ def group_stats(harness: str, task: str | None, label: str, lines: list[LedgerLi
 def pass_comparison(
     pairs: list[tuple[LedgerLine, LedgerLine]], indeterminate: Indeterminate
 ) -> PassComparison:
-    """Exact McNemar on the pairs; ``p_holm`` is filled in by ``with_holm``."""
+    """Exact McNemar on the pairs; ``p_holm`` and the detectable difference are filled in by
+    ``with_holm``, which knows how many pairs of harnesses share the correction."""
     if indeterminate == "excluded":
         pairs = [
             pair for pair in pairs if "indeterminate" not in (pair[0].outcome, pair[1].outcome)
@@ -239,14 +242,21 @@ def pass_comparison(
         baseline_only=baseline_only,
         p_value=p_value,
         p_holm=p_value,
-        detectable_difference=stats.detectable_difference(len(pairs)),
+        detectable_difference=None,
     )
 
 
 def with_holm(comparisons: list[PassComparison]) -> list[PassComparison]:
     adjusted = stats.holm([comparison.p_value for comparison in comparisons])
+    alpha = stats.ALPHA / max(len(comparisons), 1)
     return [
-        comparison.model_copy(update={"p_holm": p})
+        comparison.model_copy(
+            update={
+                "p_holm": p,
+                "detectable_difference": stats.detectable_difference(comparison.pairs, alpha),
+                "detectable_alpha": alpha,
+            }
+        )
         for comparison, p in zip(comparisons, adjusted, strict=True)
     ]
 

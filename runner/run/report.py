@@ -375,7 +375,7 @@ def _paired_section(stats: BatchStats, labels: dict[str, str]) -> list[Block]:
     names = [f"{labels[c.subject]} vs {labels[c.baseline]}" for c in stats.comparisons]
     pairs = list(zip(names, stats.comparisons, strict=True))
     pass_columns = ["pairs", "subject pass", "baseline pass", "difference", "b: subject only"]
-    pass_columns += ["c: baseline only", "McNemar p", "Holm p", "detectable difference"]
+    pass_columns += ["c: baseline only", "McNemar p", "Holm p", "detectable difference, at least"]
     return [
         Heading(3, ("Paired comparisons",)),
         Paragraph(

@@ -6,7 +6,7 @@
   clusters a percentile interval is the sample's range whatever its label says (3 clusters:
   coverage 0.75), so a median gets its range with the range's exact coverage and a ratio none;
 - paired pass/fail: exact McNemar (two-sided binomial test of b of b + c at 0.5), Holm-corrected;
-- the smallest pass-rate difference the design detects at 80 % power (exact, a lower bound);
+- a lower bound on the pass-rate difference detected with 80 % power at Holm's strictest alpha;
 - order effects: Kruskal-Wallis H, its p-value from a stratified permutation with a fixed seed.
 
 Every result is a model so the receipt carries it and any renderer only formats it.
@@ -54,9 +54,10 @@ class Methods(FrozenModel):
     )
     correction: str = "Holm across the harness pairs of the batch"
     detectable: str = (
-        f"smallest pass-rate difference with {POWER:.0%} power at alpha {ALPHA} (exact McNemar, "
-        "by enumeration; assumes every discordant pair favours one harness, so it is a lower "
-        "bound: smaller differences cannot be told from none)"
+        f"a lower bound on the pass-rate difference the exact McNemar test detects with "
+        f"{POWER:.0%} power at Holm's strictest alpha ({ALPHA} / the pairs compared): the "
+        "binomial power when every discordant pair favours one harness, the most favourable "
+        f"case; a smaller difference is detected with less than {POWER:.0%} power, not never"
     )
     order_test: str = (
         "Kruskal-Wallis H by position over all cells, its p-value from permuting positions "
@@ -211,14 +212,15 @@ def holm(p_values: Sequence[float]) -> tuple[float, ...]:
     return tuple(adjusted)
 
 
-def detectable_difference(pairs: int) -> float | None:
-    """The pass-rate difference detected with ``POWER`` at ``ALPHA`` by the exact McNemar test on
+def detectable_difference(pairs: int, alpha: float = ALPHA) -> float | None:
+    """The pass-rate difference detected with ``POWER`` at ``alpha`` by the exact McNemar test on
     ``pairs`` pairs when no pair favours the other harness: then b ~ Binomial(pairs, d), c = 0,
-    and the test rejects once b reaches the smallest count with p <= ALPHA. None when no outcome
-    of this many pairs can reach ALPHA."""
+    and the test rejects once b reaches the smallest count with p <= alpha. Any pair favouring
+    the other harness only costs power, so it is a lower bound. None when no outcome of this
+    many pairs can reach alpha."""
     from scipy import optimize, stats
 
-    needed = next((b for b in range(1, pairs + 1) if mcnemar_exact(b, 0) <= ALPHA), None)
+    needed = next((b for b in range(1, pairs + 1) if mcnemar_exact(b, 0) <= alpha), None)
     if needed is None:
         return None
 
