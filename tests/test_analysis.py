@@ -143,3 +143,58 @@ def test_a_ratio_whose_baseline_median_is_0_says_so(seed_lock_path: Path) -> Non
         "| Pi + OpenPI vs Bare Pi | physical POSTs | undefined: the baseline's median is 0 | 9 |"
         in text
     )
+
+
+def unjudged_ledger() -> list[LedgerLine]:
+    """GLM, its first task unjudged: OpenPI's trial passed it once, Bare Pi's and OMP's never;
+    every other cell passes."""
+    task = GLM.cells[0].task
+    lines = []
+    for cell in GLM.cells:
+        if cell.task != task:
+            lines.append(line_for(cell))
+            continue
+        trial = "pass" if (cell.harness, cell.repeat) == ("openpi", 1) else "fail"
+        line = line_for(cell, outcome="indeterminate")
+        update = {
+            "reason": "unjudged: its oracle scored 0",
+            "failure_class": "unjudged_task",
+            "trial_outcome": trial,
+        }
+        lines.append(line.model_copy(update=update))
+    return lines
+
+
+def test_an_unjudged_task_s_cells_leave_the_pass_rates() -> None:
+    found = batch_stats(LOCK, GLM, unjudged_ledger(), harness_pairs(LOCK.harnesses))
+    rates = {g.harness: g for g in found.harnesses}
+    assert (rates["openpi"].passes.successes, rates["openpi"].passes.n) == (6, 6)
+    assert (rates["bare-pi"].passes.successes, rates["bare-pi"].passes.n) == (6, 6)
+    openpi = rates["openpi"].unjudged
+    assert openpi is not None and (openpi.cells, openpi.trial_passes) == (3, 1)
+    assert (openpi.as_pass.successes, openpi.as_fail.successes, openpi.as_fail.n) == (9, 6, 9)
+    paired = next(c for c in found.comparisons if (c.subject, c.baseline) == ("openpi", "bare-pi"))
+    assert (paired.passes.pairs, paired.passes.p_value) == (6, 1.0)
+    as_pass, as_fail = paired.passes_with_unjudged
+    assert (as_pass.indeterminate, as_pass.pairs, as_pass.subject_passed) == (
+        "unjudged as pass",
+        9,
+        9,
+    )
+    assert (as_fail.indeterminate, as_fail.pairs, as_fail.subject_passed) == (
+        "unjudged as fail",
+        9,
+        6,
+    )
+    assert found.overruled == {"ended early": 0, "verifier_setup": 0, "unjudged": 9}
+
+
+def test_the_report_shows_unjudged_cells_apart(seed_lock_path: Path) -> None:
+    lock = load_lock(seed_lock_path)
+    schedule = build_schedule(lock)
+    lines = unjudged_ledger() + [line_for(cell) for cell in schedule.batch("luna").cells]
+    text = render_markdown(build_receipt(lock, schedule, lines, "clean", "passed"))
+    assert "| Pi + OpenPI | 6/6 = 1.000 [0.610, 1.000] |" in text
+    assert "| Pi + OpenPI | 3 | 1 | 2 | 9/9 = 1.000 [0.701, 1.000] | 6/9 = 0.667 " in text
+    assert "by rule: ended early: 0; verifier_setup: 0; unjudged: 9." in text
+    assert "unjudged as pass: 9/9 vs 9/9" in text and "unjudged as fail: 6/9 vs 6/9" in text

@@ -12,8 +12,9 @@ from typing import Literal
 
 from pydantic import Field
 
+from runner.cells.cell import OverruledBy
 from runner.core.models import FrozenModel
-from runner.records.ledger import LedgerLine
+from runner.records.ledger import LedgerLine, Outcome
 from runner.records.schedule import Batch
 from runner.run import stats
 from runner.run.stats import Estimate, Interval, Methods, PermutationTest, Proportion
@@ -40,9 +41,21 @@ class Comparison(FrozenModel):
     pairs: int | None = None
 
 
+class UnjudgedCells(FrozenModel):
+    """A group's cells of tasks the lab cannot judge, left out of its pass rate: what their
+    trials said (``trial_passes`` of ``cells``), and the group's pass rate with them counted as
+    passes and as failures."""
+
+    cells: int
+    trial_passes: int
+    as_pass: Proportion
+    as_fail: Proportion
+
+
 class GroupStats(FrozenModel):
-    """One harness (``task`` None) or one harness on one task: pass rate, and medians per cell
-    of wall seconds, provider tokens (over the cells that returned them) and physical POSTs."""
+    """One harness (``task`` None) or one harness on one task: pass rate over its judged cells,
+    and medians per cell of wall seconds, provider tokens (over the cells that returned them)
+    and physical POSTs. ``unjudged`` None: no cell of an unjudged task (or an older receipt)."""
 
     harness: str
     task: str | None
@@ -52,9 +65,12 @@ class GroupStats(FrozenModel):
     wall_seconds: Estimate
     provider_tokens: Estimate
     physical_posts: Estimate
+    unjudged: UnjudgedCells | None = None
 
 
-Indeterminate = Literal["as fail", "excluded"]
+# How the pass comparison counts indeterminate cells; cells of an unjudged task are left out
+# but for the two sensitivity counts that name them.
+Indeterminate = Literal["as fail", "excluded", "unjudged as pass", "unjudged as fail"]
 
 
 class PassComparison(FrozenModel):
@@ -88,6 +104,8 @@ class PairedComparison(FrozenModel):
     passes: PassComparison
     passes_without_indeterminate: PassComparison
     median_ratios: tuple[MedianRatio, ...]
+    # With the unjudged tasks' cells counted as passes, then as failures; () without any.
+    passes_with_unjudged: tuple[PassComparison, ...] = ()
 
 
 class PositionStats(FrozenModel):
@@ -124,6 +142,9 @@ class BatchStats(FrozenModel):
     harness_tasks: tuple[GroupStats, ...]
     comparisons: tuple[PairedComparison, ...]
     order: OrderEffects
+    # Per rule of the cell runner (runner.cells.cell.OverruledBy), how many cells it made
+    # indeterminate against their trial's verdict; None in receipts written before it.
+    overruled: dict[str, int] | None = None
 
 
 METRICS: tuple[Metric, ...] = ("provider_tokens", "physical_posts", "wall_seconds")
@@ -210,11 +231,58 @@ def group_stats(harness: str, task: str | None, label: str, lines: list[LedgerLi
         task=task,
         label=label,
         cells=len(lines),
-        passes=stats.wilson(sum(line.outcome == "pass" for line in lines), len(lines)),
+        passes=pass_rate(lines),
         wall_seconds=median_of("wall_seconds"),
         provider_tokens=median_of("provider_tokens"),
         physical_posts=median_of("physical_posts"),
+        unjudged=unjudged_cells(lines),
     )
+
+
+def is_unjudged(line: LedgerLine) -> bool:
+    return line.failure_class == "unjudged_task"
+
+
+def pass_rate(lines: list[LedgerLine]) -> Proportion:
+    """Passes over the judged cells (an unjudged task's cells say nothing of the harness)."""
+    judged = [line for line in lines if not is_unjudged(line)]
+    return stats.wilson(sum(line.outcome == "pass" for line in judged), len(judged))
+
+
+def trial_outcome(line: LedgerLine) -> Outcome:
+    # A line from before trial_outcome was kept: only a fail of an unjudged task was overruled.
+    return line.trial_outcome or "fail"
+
+
+def unjudged_cells(lines: list[LedgerLine]) -> UnjudgedCells | None:
+    unjudged = [line for line in lines if is_unjudged(line)]
+    if not unjudged:
+        return None
+    passed = sum(line.outcome == "pass" for line in lines)
+    return UnjudgedCells(
+        cells=len(unjudged),
+        trial_passes=sum(trial_outcome(line) == "pass" for line in unjudged),
+        as_pass=stats.wilson(passed + len(unjudged), len(lines)),
+        as_fail=stats.wilson(passed, len(lines)),
+    )
+
+
+def counted_pass(line: LedgerLine, indeterminate: Indeterminate) -> bool | None:
+    """Whether the cell counts as passed under ``indeterminate``; None: it is left out."""
+    if is_unjudged(line):
+        return {"unjudged as pass": True, "unjudged as fail": False}.get(indeterminate)
+    if line.outcome == "indeterminate":
+        return None if indeterminate == "excluded" else False
+    return line.outcome == "pass"
+
+
+def overruled(lines: list[LedgerLine]) -> dict[str, int]:
+    return {
+        str(rule): sum(
+            line.outcome == "indeterminate" and line.reason.startswith(f"{rule}:") for line in lines
+        )
+        for rule in OverruledBy
+    }
 
 
 def pass_comparison(
@@ -222,11 +290,8 @@ def pass_comparison(
 ) -> PassComparison:
     """Exact McNemar on the pairs; ``p_holm`` and the detectable difference are filled in by
     ``with_holm``, which knows how many pairs of harnesses share the correction."""
-    if indeterminate == "excluded":
-        pairs = [
-            pair for pair in pairs if "indeterminate" not in (pair[0].outcome, pair[1].outcome)
-        ]
-    passed = [(s.outcome == "pass", b.outcome == "pass") for s, b in pairs]
+    counted = [(counted_pass(s, indeterminate), counted_pass(b, indeterminate)) for s, b in pairs]
+    passed = [(s, b) for s, b in counted if s is not None and b is not None]
     subject_only = sum(s and not b for s, b in passed)
     baseline_only = sum(b and not s for s, b in passed)
     subject_passed = sum(s for s, _ in passed)
@@ -234,10 +299,10 @@ def pass_comparison(
     p_value = stats.mcnemar_exact(subject_only, baseline_only)
     return PassComparison(
         indeterminate=indeterminate,
-        pairs=len(pairs),
+        pairs=len(passed),
         subject_passed=subject_passed,
         baseline_passed=baseline_passed,
-        difference=(subject_passed - baseline_passed) / len(pairs) if pairs else None,
+        difference=(subject_passed - baseline_passed) / len(passed) if passed else None,
         subject_only=subject_only,
         baseline_only=baseline_only,
         p_value=p_value,
@@ -274,8 +339,16 @@ def paired_comparisons(
     pairs: tuple[tuple[str, str], ...], cells: dict[str, Cells]
 ) -> tuple[PairedComparison, ...]:
     by_pair = [matched(cells.get(s, {}), cells.get(b, {})) for s, b in pairs]
-    primary = with_holm([pass_comparison(pair, "as fail") for pair in by_pair])
-    sensitivity = with_holm([pass_comparison(pair, "excluded") for pair in by_pair])
+
+    def counted(indeterminate: Indeterminate) -> list[PassComparison]:
+        return with_holm([pass_comparison(pair, indeterminate) for pair in by_pair])
+
+    any_unjudged = any(is_unjudged(line) for pair in by_pair for cell in pair for line in cell)
+    with_unjudged = (
+        list(zip(counted("unjudged as pass"), counted("unjudged as fail"), strict=True))
+        if any_unjudged
+        else [()] * len(pairs)
+    )
     return tuple(
         PairedComparison(
             subject=subject,
@@ -286,8 +359,11 @@ def paired_comparisons(
                 median_ratio(metric, cells.get(subject, {}), cells.get(baseline, {}))
                 for metric in METRICS
             ),
+            passes_with_unjudged=unjudged,
         )
-        for (subject, baseline), passes, without in zip(pairs, primary, sensitivity, strict=True)
+        for (subject, baseline), passes, without, unjudged in zip(
+            pairs, counted("as fail"), counted("excluded"), with_unjudged, strict=True
+        )
     )
 
 
@@ -342,35 +418,40 @@ def order_test(
 
 
 def order_effects(batch: Batch, lines: list[LedgerLine], harness_ids: list[str]) -> OrderEffects:
-    """Pass rate and wall time by the cell's position inside its block (Latin square rows)."""
+    """Pass rate (over the judged cells) and wall time by the cell's position inside its block
+    (Latin square rows)."""
     width = len(harness_ids)
     cell_of = {cell.id: cell for cell in batch.cells}  # position and harness as scheduled
-    positions = [(cell_of[line.cell_id].position - 1) % width + 1 for line in lines]
+    task_ids = sorted({line.task for line in lines})
+
+    def test(outcome: Literal["pass", "wall_seconds"], cells: list[LedgerLine]) -> OrderTest:
+        scheduled = [cell_of[line.cell_id] for line in cells]
+        return order_test(
+            outcome,
+            [float(line.outcome == "pass") for line in cells]
+            if outcome == "pass"
+            else values(cells, "wall_seconds"),
+            [(cell.position - 1) % width + 1 for cell in scheduled],
+            [harness_ids.index(cell.harness) for cell in scheduled],
+            [task_ids.index(cell.task) for cell in scheduled],
+        )
+
     at = {
-        p: [line for line, q in zip(lines, positions, strict=True) if q == p]
+        p: [line for line in lines if (cell_of[line.cell_id].position - 1) % width + 1 == p]
         for p in range(1, width + 1)
     }
-    harnesses = [harness_ids.index(cell_of[line.cell_id].harness) for line in lines]
-    task_ids = sorted({line.task for line in lines})
-    tasks = [task_ids.index(line.task) for line in lines]
     return OrderEffects(
         positions=tuple(
             PositionStats(
                 position=position,
-                passes=stats.wilson(sum(line.outcome == "pass" for line in cells), len(cells)),
+                passes=pass_rate(cells),
                 wall_seconds=stats.median_estimate(values(cells, "wall_seconds")),
             )
             for position, cells in at.items()
         ),
         tests=(
-            order_test(
-                "pass",
-                [float(line.outcome == "pass") for line in lines],
-                positions,
-                harnesses,
-                tasks,
-            ),
-            order_test("wall_seconds", values(lines, "wall_seconds"), positions, harnesses, tasks),
+            test("pass", [line for line in lines if not is_unjudged(line)]),
+            test("wall_seconds", lines),
         ),
     )
 
@@ -397,4 +478,5 @@ def batch_stats(
         ),
         comparisons=paired_comparisons(pairs, cells),
         order=order_effects(batch, lines, [h.id for h in lock.harnesses]),
+        overruled=overruled(lines),
     )

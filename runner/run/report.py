@@ -352,8 +352,12 @@ def _sensitivity(pair: str, comparison: PairedComparison) -> str:
             f"c = {test.baseline_only}, {p_is(test.p_value)}, Holm {fmt_p(test.p_holm)})"
         )
 
-    both = (comparison.passes, comparison.passes_without_indeterminate)
-    return f"{pair}: " + "; ".join(stated(test) for test in both)
+    tests = (
+        comparison.passes,
+        comparison.passes_without_indeterminate,
+        *comparison.passes_with_unjudged,
+    )
+    return f"{pair}: " + "; ".join(stated(test) for test in tests)
 
 
 def _ratio_rows(name: str, comparison: PairedComparison) -> list[tuple[str, ...]]:
@@ -460,16 +464,65 @@ def _stats_section(stats: BatchStats, labels: dict[str, str]) -> list[Block]:
     methods = stats.methods
     caption = (
         f"Pass rate: {methods.proportion_interval} {methods.confidence:.0%} interval, "
-        f"indeterminate counted as not passed. Medians per cell, {_interval_words(methods)}; "
+        "indeterminate counted as not passed, the cells of a task the lab cannot judge "
+        "(unjudged) left out. "
+        f"Medians per cell, {_interval_words(methods)}; "
         "per harness each (task, repeat) cluster holds one cell."
     )
     return [
         Heading(3, ("Uncertainty per harness",)),
         Paragraph((caption,)),
+        *_overruled_line(stats),
         _uncertainty_table("harness", stats.harnesses),
         _uncertainty_table("harness · task", stats.harness_tasks),
+        *_unjudged_section(stats),
         *_paired_section(stats, labels),
         *_order_section(stats),
+    ]
+
+
+def _overruled_line(stats: BatchStats) -> list[Block]:
+    if stats.overruled is None:
+        return []
+    moved = "; ".join(f"{rule}: {cells}" for rule, cells in stats.overruled.items())
+    return [
+        Paragraph((f"Cells the runner made indeterminate against their trial, by rule: {moved}.",))
+    ]
+
+
+def _unjudged_section(stats: BatchStats) -> list[Block]:
+    """Each harness's cells of unjudged tasks, apart: what their trials said, and its pass rate
+    with them counted as passes and as failures."""
+    groups = [(g, g.unjudged) for g in stats.harnesses if g.unjudged is not None]
+    if not groups:
+        return []
+    return [
+        Paragraph(
+            (
+                "Cells of tasks the lab cannot judge (its oracle did not score 1 at the freeze), "
+                "left out of the pass rates; their trials' own verdicts, and the pass rate with "
+                "them counted each way:",
+            )
+        ),
+        table(
+            [
+                ("harness", L),
+                *((column, R) for column in ("unjudged cells", "trial pass", "trial fail")),
+                ("pass rate, counted as pass", R),
+                ("pass rate, counted as fail", R),
+            ],
+            (
+                (
+                    group.label,
+                    str(found.cells),
+                    str(found.trial_passes),
+                    str(found.cells - found.trial_passes),
+                    fmt_proportion(found.as_pass),
+                    fmt_proportion(found.as_fail),
+                )
+                for group, found in groups
+            ),
+        ),
     ]
 
 
