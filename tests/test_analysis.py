@@ -198,3 +198,13 @@ def test_the_report_shows_unjudged_cells_apart(seed_lock_path: Path) -> None:
     assert "| Pi + OpenPI | 3 | 1 | 2 | 9/9 = 1.000 [0.701, 1.000] | 6/9 = 0.667 " in text
     assert "by rule: ended early: 0; verifier_setup: 0; unjudged: 9." in text
     assert "unjudged as pass: 9/9 vs 9/9" in text and "unjudged as fail: 6/9 vs 6/9" in text
+
+
+def test_a_median_s_interval_is_the_percentile_bootstrap_s() -> None:
+    """A percentile interval of a median lies inside the data's range; a basic bootstrap's
+    (2 x estimate - percentiles) of this skewed sample would reach below its minimum."""
+    skewed = [1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 50.0, 60.0, 70.0]
+    estimate = stats.median_estimate(skewed)
+    assert estimate.value == 1.0 and estimate.coverage is None and estimate.interval is not None
+    assert 1.0 <= estimate.interval.low <= estimate.interval.high <= 70.0
+    assert estimate.interval.high > 1.0
