@@ -7,10 +7,10 @@ credential scan or final verify, the run stopped early: aborted.json); else
 status is its worst batch.
 
 Each batch also carries a ``stats`` section (``runner.run.analysis`` derives it from the ledger
-lines, ``runner.run.stats`` computes every number): pass
-rates with Wilson intervals, medians with cluster-bootstrap intervals, each pair of harnesses
-compared once on cells paired by (task, repeat), and order effects by position in the block.
-Renderers only format it. Receipts written before it load with ``stats`` None.
+lines, ``runner.run.stats`` computes every number): pass rates with Wilson intervals, medians
+with cluster-bootstrap intervals, each pair of harnesses compared once on cells paired by (task,
+repeat), and order effects by position in the block. Renderers only format it. Receipts written
+before it load with ``stats`` None.
 
 Since the evidence archive (runner.run.archive) a receipt also carries the ledger's hash chain
 (its head), every frozen identity the run directory records as a digest, and the public key of
