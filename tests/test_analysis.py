@@ -208,3 +208,14 @@ def test_a_median_s_interval_is_the_percentile_bootstrap_s() -> None:
     assert estimate.value == 1.0 and estimate.coverage is None and estimate.interval is not None
     assert 1.0 <= estimate.interval.low <= estimate.interval.high <= 70.0
     assert estimate.interval.high > 1.0
+
+
+def test_the_permutation_stays_inside_its_strata() -> None:
+    """Groups that never vary inside a stratum cannot be told from the strata: p = 1, however
+    far apart they are (a permutation across strata would find them at p < 0.001)."""
+    values = [float(v) for v in range(40)]
+    groups = [0] * 20 + [1] * 20
+    test = stats.stratified_permutation(values, groups, groups)
+    assert test.statistic > 25 and test.p_value == 1.0
+    mixed = stats.stratified_permutation(values, groups, [0] * 40)
+    assert mixed.p_value < 0.001
