@@ -620,7 +620,8 @@ def _batch_section(batch: BatchReceipt) -> list[Block]:
         Paragraph(
             (
                 "Comparisons, each pair once (subject vs baseline; percent difference and ratio "
-                "of totals; the interval resamples the paired (task, repeat) clusters):",
+                "of the totals over the (task, repeat) clusters where both harnesses have the "
+                "value, the clusters its interval resamples; the tables above sum every cell):",
             )
         ),
         *bullets(describe(comparison, labels, methods) for comparison in batch.comparisons),
