@@ -15,7 +15,8 @@ from scipy.stats import binom
 from runner.records.ledger import LedgerLine
 from runner.records.schedule import Cell, Schedule, build_schedule
 from runner.run import stats
-from runner.run.receipt import BatchReceipt, PairedComparison, Receipt, build_receipt
+from runner.run.analysis import PairedComparison
+from runner.run.receipt import BatchReceipt, Receipt, build_receipt
 from runner.run.report import render_markdown
 from runner.spec.lock import load_lock
 from tests.support.ledger_factory import line_for
@@ -80,6 +81,20 @@ def test_detectable_difference_has_the_stated_power() -> None:
     assert stats.detectable_difference(200) < difference  # type: ignore[operator]
 
 
+def test_detectable_difference_takes_holm_s_alpha(reference_receipt: Receipt) -> None:  # noqa: F811
+    # 3 pairs of harnesses: Holm's strictest step is 0.05 / 3, which needs b >= 7 of 7
+    # (2 x 0.5^7 = 0.016; 6 gives 0.031), so 9 pairs need d = 0.82 for 80 % power, not 0.73
+    difference = stats.detectable_difference(9, stats.ALPHA / 3)
+    assert difference is not None and round(difference, 2) == 0.82
+    assert binom.sf(6, 9, difference) == pytest.approx(stats.POWER)
+    comparison = paired(reference_receipt, "luna", "openpi", "omp").passes
+    assert comparison.detectable_difference == pytest.approx(difference)
+    assert comparison.detectable_alpha == pytest.approx(stats.ALPHA / 3)
+    text = render_markdown(reference_receipt)
+    assert "by enumeration" not in text and "cannot be told from none" not in text
+    assert "a lower bound on the pass-rate difference" in text
+
+
 def test_paired_bootstrap_keeps_pairs_together() -> None:
     baseline = [1.0, 5.0, 2.0, 40.0, 3.0, 8.0, 100.0, 7.0, 9.0]
     subject = [2 * value for value in baseline]
@@ -116,7 +131,7 @@ def test_luna_openpi_vs_omp_has_its_mcnemar_p(reference_receipt: Receipt) -> Non
     assert comparison.p_value == pytest.approx(0.25)
     assert comparison.p_holm == pytest.approx(0.75)  # 3 pairs: 0.25, 0.25, 1 -> 3 x 0.25
     text = render_markdown(reference_receipt)
-    assert "| Pi + OpenPI vs OMP | 9 | 7 | 4 | +0.333 | 3 | 0 | 0.250 | 0.750 | 0.73 |" in text
+    assert "| Pi + OpenPI vs OMP | 9 | 7 | 4 | +0.333 | 3 | 0 | 0.250 | 0.750 | 0.82 |" in text
 
 
 def test_glm_token_ratio_has_its_interval(reference_receipt: Receipt) -> None:  # noqa: F811
@@ -132,7 +147,8 @@ def test_glm_token_ratio_has_its_interval(reference_receipt: Receipt) -> None:  
     text = render_markdown(reference_receipt)
     assert (
         "Pi + OpenPI vs OMP, tokens: -84.7 % (0.15x; OMP = 6.56x Pi + OpenPI); "
-        "95 % CI of the ratio [0.15, 0.15] (9 clusters)"
+        "95 % CI of the ratio [0.15, 0.15] (9 clusters; percentile bootstrap of (task, repeat) "
+        "clusters (scipy.stats.bootstrap), seed 13, 9999 resamples)"
     ) in text
 
 

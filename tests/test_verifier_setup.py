@@ -133,14 +133,15 @@ def test_verifier_setup_is_a_rule_before_any_harbor_exception():
 
 
 @pytest.mark.parametrize(
-    ("reward", "outcome", "expected"),
-    [(0, "indeterminate", "unjudged_task"), (1, "pass", "success")],
+    ("reward", "outcome", "trial"),
+    [(0, "indeterminate", "fail"), (1, "indeterminate", "pass")],
 )
-def test_a_task_the_lab_cannot_judge_fails_indeterminate_and_still_passes(
-    demo, paths, proxy, tmp_path, reward, outcome, expected
+def test_a_task_the_lab_cannot_judge_is_indeterminate_pass_or_fail(
+    demo, paths, proxy, tmp_path, reward, outcome, trial
 ):
     """A task whose oracle did not score 1 at the freeze (timing-sensitive under emulation):
-    its failure says nothing of the agent; its pass is a pass."""
+    neither its failure nor its pass says anything of the agent; the line keeps what the trial
+    said."""
     trials = _trials(tmp_path / "t", reward, PYTEST_FAILED)
     cell = build_schedule(demo).cells[0]
     guest = FakeTransport(lambda command: answer(command), trials)
@@ -148,6 +149,9 @@ def test_a_task_the_lab_cannot_judge_fails_indeterminate_and_still_passes(
         runner_for(demo, paths, proxy, guest), unjudged={cell.task: "its oracle scored 0"}
     )
     line = cells.run(cell, Ledger(paths))
-    assert (line.outcome, line.failure_class) == (outcome, expected)
-    if outcome == "indeterminate":
-        assert line.reason == "unjudged: its oracle scored 0"
+    assert (line.outcome, line.failure_class, line.trial_outcome) == (
+        outcome,
+        "unjudged_task",
+        trial,
+    )
+    assert line.reason == "unjudged: its oracle scored 0"

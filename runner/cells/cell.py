@@ -71,7 +71,7 @@ class OverruledBy(StrEnum):
 
     ENDED_EARLY = "ended early"  # a phase raised; the attempt record keeps the exception
     VERIFIER_SETUP = "verifier_setup"  # the verifier's own setup failed (a fail or no verdict)
-    UNJUDGED = "unjudged"  # the lab's oracle did not score 1 (a fail)
+    UNJUDGED = "unjudged"  # the lab's oracle did not score 1 (a pass or a fail)
 
 
 EGRESS_READ_SECONDS = 60.0
@@ -146,6 +146,7 @@ class _Attempt:
     retried: int = 0  # earlier attempts of the cell the retry policy re-ran
     mirror_offset: int = 0  # where the mirror log stood when the attempt started
     mirror: tuple[MirrorRequest, ...] | None = None  # the mirror's requests during the attempt
+    trial_outcome: Outcome | None = None  # the trial's verdict, when overruled as unjudged
     guest_scanned: bool = False  # the guest's disk was scanned after the attempt
 
 
@@ -339,9 +340,13 @@ class CellRunner:
         setup_problem = verifier_setup_problem(attempt.trial_root, harbor, attempt.mirror or ())
         if setup_problem is not None and outcome != "pass":
             outcome, reason = "indeterminate", f"{OverruledBy.VERIFIER_SETUP}: {setup_problem}"
-        unjudged = outcome == "fail" and attempt.cell.task in self.unjudged
+        # A pass of a task the lab cannot judge says no more than its fail: both leave the pass
+        # rates (a pass kept while a fail is dropped makes the task's rate 100 % by construction);
+        # the trial's own verdict stays on the line.
+        unjudged = outcome != "indeterminate" and attempt.cell.task in self.unjudged
         if unjudged:
             why = self.unjudged[attempt.cell.task]
+            attempt.trial_outcome = outcome
             outcome, reason = "indeterminate", f"{OverruledBy.UNJUDGED}: {why}"
         events = next(iter(sorted(attempt.trial_root.rglob(AGENT_EVENT_LOG))), None)
         logical = count_logical_attempts_in(events) if events else None
@@ -403,6 +408,7 @@ class CellRunner:
             agent_peak_memory_bytes=cgroup.memory_peak_bytes if cgroup else None,
             mirror=_mirror_use(attempt.mirror),
             egress_refused=attempt.refused_egress,
+            trial_outcome=attempt.trial_outcome,
             harbor_process=harbor_process(attempt.trial_root) if attempt.trial_root else None,
         )
 

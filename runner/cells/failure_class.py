@@ -11,11 +11,12 @@ evidence gives the class (a pattern left ``None`` matches anything). Order matte
 deliberate:
 
 - the runner's own deadline and exceptions come first: nothing Harbor wrote is trusted then;
+- a task the lab cannot judge (its own reference solution did not score 1 at the freeze) is
+  ``unjudged_task`` whatever its verdict: a pass of it says no more of the agent than a fail;
 - reward 1 is ``success`` whatever else happened;
 - a verifier whose own setup failed (a package the lab's mirror does not have, a tool missing:
   runner.cells.verifier_setup) is ``verifier_setup`` before anything else Harbor says: its
-  reward 0 says nothing of the agent; so is a task the lab cannot judge (its own reference
-  solution did not score 1 at the freeze: ``unjudged_task``);
+  reward 0 says nothing of the agent;
 - a provider that answered nothing but errors is ``model_failure`` before any Harbor exception
   it caused (the harness exiting non-zero because every request failed is not its own crash);
 - Harbor's exception types, then the phase it struck in, then whether it names the agent;
@@ -121,16 +122,16 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule("unknown", "Harbor wrote no result.json after the agent ran", ending="no_result"),
     Rule("unknown", "Harbor's result.json is unreadable", ending="unreadable_result"),
+    Rule(
+        "unjudged_task",
+        "the lab's oracle of the task did not score 1 at the freeze: its verdict says nothing",
+        unjudged=True,
+    ),
     Rule("success", "reward 1", verdict="pass"),
     Rule(
         "verifier_setup",
         "the verifier's own setup failed: its verdict says nothing of the agent",
         verifier_setup=True,
-    ),
-    Rule(
-        "unjudged_task",
-        "the lab's oracle of the task did not score 1 at the freeze: a failure says nothing",
-        unjudged=True,
     ),
     Rule("model_failure", "every provider answer was an error", provider="errors_only"),
     Rule("model_failure", "Harbor found a provider API error", exception=r"^Api\w*Error:"),

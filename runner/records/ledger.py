@@ -80,6 +80,7 @@ class LedgerLine(FrozenModel):
             "previous_sha256",
             "host",
             "unsent_posts",
+            "trial_outcome",
         }
     )
 
@@ -133,6 +134,10 @@ class LedgerLine(FrozenModel):
     previous_sha256: Sha256 | None = None
     # The fleet host whose lab ran the cell (runner.fleet); None: the run's one lab.
     host: str | None = None
+    # What the trial itself said when the runner overruled it as unjudged (its task's oracle did
+    # not score 1 at the freeze). None: not overruled, or a line from before it was kept, when
+    # only a fail was overruled.
+    trial_outcome: Outcome | None = None
 
     @model_validator(mode="after")
     def _unattributed_matches_counts(self) -> LedgerLine:

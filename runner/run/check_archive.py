@@ -49,7 +49,7 @@ from runner.run.signing import PublicKey, verify
 
 # What the cell runner may have overruled, by what the trial says (runner/cells/cell.py).
 _OVERRULED: dict[Outcome, tuple[OverruledBy, ...]] = {
-    "pass": (OverruledBy.ENDED_EARLY,),
+    "pass": (OverruledBy.ENDED_EARLY, OverruledBy.UNJUDGED),
     "fail": (OverruledBy.ENDED_EARLY, OverruledBy.VERIFIER_SETUP, OverruledBy.UNJUDGED),
     "indeterminate": (),
 }

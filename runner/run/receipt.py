@@ -6,10 +6,11 @@ credential scan or final verify, the run stopped early: aborted.json); else
 ``completed_with_indeterminate`` when any cell is indeterminate; else ``completed``. The run's
 status is its worst batch.
 
-Each batch also carries a ``stats`` section (``runner.run.stats`` computes every number): pass
-rates with Wilson intervals, medians with cluster-bootstrap intervals, each pair of harnesses
-compared once on cells paired by (task, repeat), and order effects by position in the block.
-Renderers only format it. Receipts written before it load with ``stats`` None.
+Each batch also carries a ``stats`` section (``runner.run.analysis`` derives it from the ledger
+lines, ``runner.run.stats`` computes every number): pass rates with Wilson intervals, medians
+with cluster-bootstrap intervals, each pair of harnesses compared once on cells paired by (task,
+repeat), and order effects by position in the block. Renderers only format it. Receipts written
+before it load with ``stats`` None.
 
 Since the evidence archive (runner.run.archive) a receipt also carries the ledger's hash chain
 (its head), every frozen identity the run directory records as a digest, and the public key of
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from itertools import combinations
 from typing import Literal
 
 from pydantic import ConfigDict, Field
@@ -30,15 +30,21 @@ from runner.core.models import FrozenModel, Sha256
 from runner.proxy.models import ProxyCellCounts
 from runner.records.ledger import Failure, LedgerChain, LedgerLine
 from runner.records.schedule import Batch, Schedule
-from runner.run import stats
+from runner.run.analysis import (
+    BatchStats,
+    Comparison,
+    Metric,
+    batch_stats,
+    cells_by_harness,
+    compare,
+    harness_pairs,
+)
 from runner.run.failure_summary import FailureClasses, failure_classes
 from runner.run.requests import HarnessRequests, requests_by_harness
-from runner.run.stats import Estimate, Interval, Methods, PermutationTest, Proportion
-from runner.spec.lock import Harness, Lock, Placement
+from runner.spec.lock import Lock, Placement
 
 Status = Literal["completed", "completed_with_indeterminate", "failed_closed"]
 Stage = Literal["preflight", "cells", "finish"]  # the stages of an execute
-Metric = Literal["provider_tokens", "physical_posts", "wall_seconds"]
 EvidenceState = Literal["clean", "leaks", "failed", "passed", "missing"]
 
 _STATUS_ORDER: tuple[Status, ...] = ("completed", "completed_with_indeterminate", "failed_closed")
@@ -92,95 +98,6 @@ class GroupSummary(FrozenModel):
     key: str
     label: str
     totals: Totals
-
-
-class Comparison(FrozenModel):
-    """``subject`` against ``baseline`` on one metric: ratio = subject / baseline of the totals.
-    ``interval``: cluster bootstrap of that ratio over the ``clusters`` (task, repeat) pairs
-    where both harnesses have the value."""
-
-    metric: Metric
-    subject: str
-    baseline: str
-    subject_value: float
-    baseline_value: float
-    ratio: float
-    percent_difference: float
-    interval: Interval | None = None
-    clusters: int | None = None
-
-
-class GroupStats(FrozenModel):
-    """One harness (``task`` None) or one harness on one task: pass rate, and medians per cell
-    of wall seconds, provider tokens (over the cells that returned them) and physical POSTs."""
-
-    harness: str
-    task: str | None
-    label: str
-    cells: int
-    passes: Proportion
-    wall_seconds: Estimate
-    provider_tokens: Estimate
-    physical_posts: Estimate
-
-
-Indeterminate = Literal["as fail", "excluded"]
-
-
-class PassComparison(FrozenModel):
-    """Pass/fail of cells paired by (task, repeat). ``subject_only`` (b): pairs where only the
-    subject passed; ``baseline_only`` (c): only the baseline."""
-
-    indeterminate: Indeterminate
-    pairs: int
-    subject_passed: int
-    baseline_passed: int
-    difference: float | None = Field(description="subject pass rate - baseline pass rate")
-    subject_only: int
-    baseline_only: int
-    p_value: float
-    p_holm: float
-    detectable_difference: float | None
-
-
-class MedianRatio(FrozenModel):
-    metric: Metric
-    ratio: Estimate = Field(description="median(subject) / median(baseline), paired clusters")
-
-
-class PairedComparison(FrozenModel):
-    subject: str
-    baseline: str
-    passes: PassComparison
-    passes_without_indeterminate: PassComparison
-    median_ratios: tuple[MedianRatio, ...]
-
-
-class PositionStats(FrozenModel):
-    position: int = Field(ge=1, description="position of the cell inside its (task, repeat) block")
-    passes: Proportion
-    wall_seconds: Estimate
-
-
-class OrderTest(FrozenModel):
-    outcome: Literal["pass", "wall_seconds"]
-    by_position: PermutationTest
-    by_harness: PermutationTest
-    verdict: str
-
-
-class OrderEffects(FrozenModel):
-    positions: tuple[PositionStats, ...]
-    tests: tuple[OrderTest, ...]
-
-
-class BatchStats(FrozenModel):
-    methods: Methods = Methods()
-    direction: str
-    harnesses: tuple[GroupStats, ...]
-    harness_tasks: tuple[GroupStats, ...]
-    comparisons: tuple[PairedComparison, ...]
-    order: OrderEffects
 
 
 class BatchReceipt(FrozenModel):
@@ -305,238 +222,6 @@ def _grouped(
     )
 
 
-METRICS: tuple[Metric, ...] = ("provider_tokens", "physical_posts", "wall_seconds")
-DIRECTION = (
-    "each pair of harnesses once; the subject is the harness with more extension packages "
-    "(the added package is the treatment), on a tie the one listed earlier in the lock"
-)
-Cluster = tuple[str, int]  # (task, repeat): one block of the schedule
-Cells = dict[Cluster, LedgerLine]  # one harness's cells of a batch
-
-
-def harness_pairs(harnesses: tuple[Harness, ...]) -> tuple[tuple[str, str], ...]:
-    """(subject, baseline) for each pair of harnesses once, in the direction of ``DIRECTION``."""
-    ranked = sorted(harnesses, key=lambda harness: -len(harness.extensions))
-    return tuple((subject.id, baseline.id) for subject, baseline in combinations(ranked, 2))
-
-
-def cells_by_harness(lines: Iterable[LedgerLine]) -> dict[str, Cells]:
-    cells: dict[str, Cells] = {}
-    for line in lines:
-        cells.setdefault(line.harness, {})[(line.task, line.repeat)] = line
-    return cells
-
-
-def values(lines: Iterable[LedgerLine], metric: Metric) -> list[float]:
-    """The metric of each cell that has it (a cell without provider tokens has none, not 0)."""
-    found = (getattr(line, metric) for line in lines)
-    return [float(value) for value in found if value is not None]
-
-
-def matched(subject: Cells, baseline: Cells) -> list[tuple[LedgerLine, LedgerLine]]:
-    """The two harnesses' cells of each (task, repeat) both have."""
-    return [(line, baseline[key]) for key, line in subject.items() if key in baseline]
-
-
-def paired_values(subject: Cells, baseline: Cells, metric: Metric) -> list[list[float]]:
-    """Both harnesses' values, aligned by the clusters where both have the metric."""
-    both = [(getattr(s, metric), getattr(b, metric)) for s, b in matched(subject, baseline)]
-    kept = [(float(s), float(b)) for s, b in both if s is not None and b is not None]
-    return [[s for s, _ in kept], [b for _, b in kept]]
-
-
-def compare(
-    harnesses: tuple[GroupSummary, ...],
-    pairs: tuple[tuple[str, str], ...],
-    cells: dict[str, Cells],
-) -> tuple[Comparison, ...]:
-    """Each pair once on every metric both have a non-zero value for: the ratio of totals."""
-    by_key = {group.key: group for group in harnesses}
-    comparisons = []
-    for metric in METRICS:
-        for subject, baseline in pairs:
-            subject_value = by_key[subject].totals.value(metric)
-            baseline_value = by_key[baseline].totals.value(metric)
-            if subject_value is None or not baseline_value:
-                continue
-            ratio = subject_value / baseline_value
-            interval = stats.cluster_bootstrap(
-                stats.ratio_of(stats.total),
-                paired_values(cells.get(subject, {}), cells.get(baseline, {}), metric),
-            )
-            comparisons.append(
-                Comparison(
-                    metric=metric,
-                    subject=subject,
-                    baseline=baseline,
-                    subject_value=subject_value,
-                    baseline_value=baseline_value,
-                    ratio=ratio,
-                    percent_difference=(ratio - 1) * 100,
-                    interval=interval.interval,
-                    clusters=interval.clusters,
-                )
-            )
-    return tuple(comparisons)
-
-
-def group_stats(harness: str, task: str | None, label: str, lines: list[LedgerLine]) -> GroupStats:
-    def median_of(metric: Metric) -> Estimate:
-        # One cell per (task, repeat) cluster in a harness: resampling cells is resampling clusters.
-        return stats.cluster_bootstrap(stats.median, [values(lines, metric)])
-
-    return GroupStats(
-        harness=harness,
-        task=task,
-        label=label,
-        cells=len(lines),
-        passes=stats.wilson(sum(line.outcome == "pass" for line in lines), len(lines)),
-        wall_seconds=median_of("wall_seconds"),
-        provider_tokens=median_of("provider_tokens"),
-        physical_posts=median_of("physical_posts"),
-    )
-
-
-def pass_comparison(
-    pairs: list[tuple[LedgerLine, LedgerLine]], indeterminate: Indeterminate
-) -> PassComparison:
-    """Exact McNemar on the pairs; ``p_holm`` is filled in by ``with_holm``."""
-    if indeterminate == "excluded":
-        pairs = [
-            pair for pair in pairs if "indeterminate" not in (pair[0].outcome, pair[1].outcome)
-        ]
-    passed = [(s.outcome == "pass", b.outcome == "pass") for s, b in pairs]
-    subject_only = sum(s and not b for s, b in passed)
-    baseline_only = sum(b and not s for s, b in passed)
-    subject_passed = sum(s for s, _ in passed)
-    baseline_passed = sum(b for _, b in passed)
-    p_value = stats.mcnemar_exact(subject_only, baseline_only)
-    return PassComparison(
-        indeterminate=indeterminate,
-        pairs=len(pairs),
-        subject_passed=subject_passed,
-        baseline_passed=baseline_passed,
-        difference=(subject_passed - baseline_passed) / len(pairs) if pairs else None,
-        subject_only=subject_only,
-        baseline_only=baseline_only,
-        p_value=p_value,
-        p_holm=p_value,
-        detectable_difference=stats.detectable_difference(len(pairs)),
-    )
-
-
-def with_holm(comparisons: list[PassComparison]) -> list[PassComparison]:
-    adjusted = stats.holm([comparison.p_value for comparison in comparisons])
-    return [
-        comparison.model_copy(update={"p_holm": p})
-        for comparison, p in zip(comparisons, adjusted, strict=True)
-    ]
-
-
-def paired_comparisons(
-    pairs: tuple[tuple[str, str], ...], cells: dict[str, Cells]
-) -> tuple[PairedComparison, ...]:
-    by_pair = [matched(cells.get(s, {}), cells.get(b, {})) for s, b in pairs]
-    primary = with_holm([pass_comparison(pair, "as fail") for pair in by_pair])
-    sensitivity = with_holm([pass_comparison(pair, "excluded") for pair in by_pair])
-    return tuple(
-        PairedComparison(
-            subject=subject,
-            baseline=baseline,
-            passes=passes,
-            passes_without_indeterminate=without,
-            median_ratios=tuple(
-                MedianRatio(
-                    metric=metric,
-                    ratio=stats.cluster_bootstrap(
-                        stats.ratio_of(stats.median),
-                        paired_values(cells.get(subject, {}), cells.get(baseline, {}), metric),
-                    ),
-                )
-                for metric in METRICS
-            ),
-        )
-        for (subject, baseline), passes, without in zip(pairs, primary, sensitivity, strict=True)
-    )
-
-
-def order_verdict(by_position: PermutationTest, by_harness: PermutationTest) -> str:
-    if by_position.p_value >= stats.ALPHA:
-        return "no order effect detected"
-    if by_position.statistic > by_harness.statistic:
-        return "ORDER EFFECT: position explains more than harness"
-    return "position effect detected, smaller than the harness effect"
-
-
-def order_test(
-    outcome: Literal["pass", "wall_seconds"],
-    data: list[float],
-    positions: list[int],
-    harnesses: list[int],
-) -> OrderTest:
-    by_position = stats.stratified_permutation(data, positions, harnesses)
-    by_harness = stats.stratified_permutation(data, harnesses, positions)
-    return OrderTest(
-        outcome=outcome,
-        by_position=by_position,
-        by_harness=by_harness,
-        verdict=order_verdict(by_position, by_harness),
-    )
-
-
-def order_effects(batch: Batch, lines: list[LedgerLine], harness_ids: list[str]) -> OrderEffects:
-    """Pass rate and wall time by the cell's position inside its block (Latin square rows)."""
-    width = len(harness_ids)
-    cell_of = {cell.id: cell for cell in batch.cells}  # position and harness as scheduled
-    positions = [(cell_of[line.cell_id].position - 1) % width + 1 for line in lines]
-    at = {
-        p: [line for line, q in zip(lines, positions, strict=True) if q == p]
-        for p in range(1, width + 1)
-    }
-    harnesses = [harness_ids.index(cell_of[line.cell_id].harness) for line in lines]
-    return OrderEffects(
-        positions=tuple(
-            PositionStats(
-                position=position,
-                passes=stats.wilson(sum(line.outcome == "pass" for line in cells), len(cells)),
-                wall_seconds=stats.cluster_bootstrap(stats.median, [values(cells, "wall_seconds")]),
-            )
-            for position, cells in at.items()
-        ),
-        tests=(
-            order_test(
-                "pass", [float(line.outcome == "pass") for line in lines], positions, harnesses
-            ),
-            order_test("wall_seconds", values(lines, "wall_seconds"), positions, harnesses),
-        ),
-    )
-
-
-def batch_stats(
-    lock: Lock, batch: Batch, lines: list[LedgerLine], pairs: tuple[tuple[str, str], ...]
-) -> BatchStats:
-    cells = cells_by_harness(lines)
-    return BatchStats(
-        direction=DIRECTION,
-        harnesses=tuple(
-            group_stats(h.id, None, h.label, [line for line in lines if line.harness == h.id])
-            for h in lock.harnesses
-        ),
-        harness_tasks=tuple(
-            group_stats(
-                h.id,
-                task,
-                f"{h.label} · {task}",
-                [line for line in lines if (line.harness, line.task) == (h.id, task)],
-            )
-            for h in lock.harnesses
-            for task in lock.tasks.ids
-        ),
-        comparisons=paired_comparisons(pairs, cells),
-        order=order_effects(batch, lines, [h.id for h in lock.harnesses]),
-    )
-
-
 def batch_receipt(
     lock: Lock,
     batch: Batch,
@@ -580,7 +265,7 @@ def batch_receipt(
         cells_recorded=len(recorded),
         harnesses=harnesses,
         tasks=tasks,
-        comparisons=compare(harnesses, pairs, cells_by_harness(recorded)),
+        comparisons=compare(pairs, cells_by_harness(recorded)),
         stats=batch_stats(lock, batch, recorded, pairs),
         requests=requests_by_harness(lock, recorded, records),
     )

@@ -14,6 +14,15 @@ from runner.records.paths import RunPaths
 from runner.records.prompt import PromptFootprint
 from runner.records.schedule import Schedule
 from runner.records.tasks import RunTasks
+from runner.run.analysis import (
+    BatchStats,
+    Comparison,
+    GroupStats,
+    Metric,
+    OrderTest,
+    PairedComparison,
+    PassComparison,
+)
 from runner.run.document import (
     NOT_RETURNED,
     Align,
@@ -36,15 +45,8 @@ from runner.run.html_report import write_html
 from runner.run.identities import frozen_digests
 from runner.run.receipt import (
     BatchReceipt,
-    BatchStats,
-    Comparison,
     EvidenceState,
-    GroupStats,
     GroupSummary,
-    Metric,
-    OrderTest,
-    PairedComparison,
-    PassComparison,
     Receipt,
     RunAbort,
     Totals,
@@ -53,7 +55,7 @@ from runner.run.receipt import (
 from runner.run.report_plots import save as save_png
 from runner.run.requests import Figure, HarnessRequests
 from runner.run.signing import OperatorKey, fingerprint_of
-from runner.run.stats import Estimate, Interval, Methods, Proportion
+from runner.run.stats import RANGE_CLUSTERS, Estimate, Interval, Methods, Proportion
 from runner.spec.lock import load_lock
 from runner.spec.tasks import TaskDerivation
 from runner.verify.report import VerifyReport
@@ -219,9 +221,10 @@ def _table(title: str, groups: tuple[GroupSummary, ...]) -> Table:
     )
 
 
-def describe(comparison: Comparison, labels: dict[str, str]) -> str:
+def describe(comparison: Comparison, labels: dict[str, str], methods: Methods) -> str:
     """E.g. 'Pi + OpenPI vs OMP, tokens: -84.7 % (0.15x; OMP = 6.56x Pi + OpenPI)', then the
-    interval of the ratio when the receipt has one."""
+    interval of the ratio, how it was drawn and over how many clusters when the receipt has
+    one."""
     subject, baseline = labels[comparison.subject], labels[comparison.baseline]
     inverse = 1 / comparison.ratio if comparison.ratio else float("inf")
     text = (
@@ -231,8 +234,15 @@ def describe(comparison: Comparison, labels: dict[str, str]) -> str:
     )
     if comparison.clusters is None:
         return text
+    clusters = f"{comparison.clusters} clusters"
+    if comparison.pairs is not None and comparison.pairs > comparison.clusters:
+        clusters = f"the {comparison.clusters} of {comparison.pairs} paired clusters with the value"
+    if comparison.interval is None and comparison.clusters <= RANGE_CLUSTERS:
+        return f"{text}; no interval ({clusters}: too few to bootstrap)"
     interval = fmt_interval(comparison.interval, ".2f")
-    return f"{text}; 95 % CI of the ratio {interval} ({comparison.clusters} clusters)"
+    return (
+        f"{text}; {_ci(methods)} of the ratio {interval} ({clusters}; {_bootstrap_words(methods)})"
+    )
 
 
 def fmt_interval(interval: Interval | None, spec: str) -> str:
@@ -250,10 +260,23 @@ def fmt_proportion(proportion: Proportion) -> str:
     )
 
 
+def fmt_estimate_interval(estimate: Estimate, spec: str) -> str:
+    """The interval as what it is: the bootstrap's, a small sample's range with its coverage,
+    or none from too few clusters."""
+    if estimate.coverage is not None and estimate.interval is not None:
+        return (
+            f"{fmt_interval(estimate.interval, spec)}: range of {estimate.clusters}, covers the "
+            f"median with probability {estimate.coverage:.2f}"
+        )
+    if estimate.interval is None and estimate.clusters <= RANGE_CLUSTERS:
+        return f"(no interval from {estimate.clusters} clusters)"
+    return fmt_interval(estimate.interval, spec)
+
+
 def fmt_estimate(estimate: Estimate, spec: str, cells: int) -> str:
     if estimate.value is None:
         return NOT_RETURNED
-    text = f"{estimate.value:{spec}} {fmt_interval(estimate.interval, spec)}"
+    text = f"{estimate.value:{spec}} {fmt_estimate_interval(estimate, spec)}"
     return text if estimate.clusters == cells else f"{text} ({estimate.clusters}/{cells} cells)"
 
 
@@ -267,14 +290,22 @@ def p_is(p_value: float) -> str:
 
 def _bootstrap_words(methods: Methods) -> str:
     return (
-        f"{methods.confidence:.0%} CI: {methods.bootstrap}, seed {methods.bootstrap_seed}, "
+        f"{methods.bootstrap}, seed {methods.bootstrap_seed}, "
         f"{methods.bootstrap_resamples} resamples"
     )
 
 
+def _ci(methods: Methods) -> str:
+    return f"{methods.confidence * 100:.0f} % CI"
+
+
+def _interval_words(methods: Methods) -> str:
+    return f"[interval]: {_ci(methods)}, {_bootstrap_words(methods)}; {methods.small_samples}"
+
+
 def _uncertainty_table(title: str, groups: tuple[GroupStats, ...]) -> Table:
-    columns = ["pass rate [95 % CI]", "median wall s [95 % CI]", "median tokens [95 % CI]"]
-    columns += ["median physical POST [95 % CI]", "n clusters"]
+    columns = ["pass rate [95 % CI]", "median wall s [interval]", "median tokens [interval]"]
+    columns += ["median physical POST [interval]", "n clusters"]
     return table(
         [(title, L), *((column, R) for column in columns)],
         (
@@ -321,19 +352,24 @@ def _sensitivity(pair: str, comparison: PairedComparison) -> str:
             f"c = {test.baseline_only}, {p_is(test.p_value)}, Holm {fmt_p(test.p_holm)})"
         )
 
-    both = (comparison.passes, comparison.passes_without_indeterminate)
-    return f"{pair}: " + "; ".join(stated(test) for test in both)
+    tests = (
+        comparison.passes,
+        comparison.passes_without_indeterminate,
+        *comparison.passes_with_unjudged,
+    )
+    return f"{pair}: " + "; ".join(stated(test) for test in tests)
 
 
 def _ratio_rows(name: str, comparison: PairedComparison) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for ratio in comparison.median_ratios:
         estimate = ratio.ratio
-        value = (
-            NOT_RETURNED
-            if estimate.value is None
-            else f"{estimate.value:.2f} {fmt_interval(estimate.interval, '.2f')}"
-        )
+        if estimate.value is not None:
+            value = f"{estimate.value:.2f} {fmt_estimate_interval(estimate, '.2f')}"
+        elif ratio.baseline_median == 0:
+            value = "undefined: the baseline's median is 0"
+        else:
+            value = NOT_RETURNED
         rows.append((name, _METRIC_WORDS[ratio.metric], value, str(estimate.clusters)))
     return rows
 
@@ -343,7 +379,7 @@ def _paired_section(stats: BatchStats, labels: dict[str, str]) -> list[Block]:
     names = [f"{labels[c.subject]} vs {labels[c.baseline]}" for c in stats.comparisons]
     pairs = list(zip(names, stats.comparisons, strict=True))
     pass_columns = ["pairs", "subject pass", "baseline pass", "difference", "b: subject only"]
-    pass_columns += ["c: baseline only", "McNemar p", "Holm p", "detectable difference"]
+    pass_columns += ["c: baseline only", "McNemar p", "Holm p", "detectable difference, at least"]
     return [
         Heading(3, ("Paired comparisons",)),
         Paragraph(
@@ -364,12 +400,12 @@ def _paired_section(stats: BatchStats, labels: dict[str, str]) -> list[Block]:
             )
         ),
         *bullets(_sensitivity(name, c) for name, c in pairs),
-        Paragraph((f"Ratio of medians per cell, paired clusters ({_bootstrap_words(methods)}):",)),
+        Paragraph((f"Ratio of medians per cell, paired clusters ({_interval_words(methods)}):",)),
         table(
             [
                 ("subject vs baseline", L),
                 ("metric", L),
-                ("ratio of medians [95 % CI]", R),
+                ("ratio of medians [interval]", R),
                 ("n clusters", R),
             ],
             (row for name, c in pairs for row in _ratio_rows(name, c)),
@@ -379,27 +415,34 @@ def _paired_section(stats: BatchStats, labels: dict[str, str]) -> list[Block]:
 
 def _order_line(test: OrderTest, methods: Methods) -> Text:
     what = "pass/fail" if test.outcome == "pass" else "wall time"
+    if test.by_position is None or test.by_harness is None:
+        return (f"{what}: ", Strong(test.verdict), f" ({_strata_words(test)})")
     return (
         f"{what}: ",
         Strong(test.verdict),
-        f" (Kruskal-Wallis H by position within harness "
-        f"{test.by_position.statistic:.2f}, {p_is(test.by_position.p_value)}; by harness "
-        f"within position {test.by_harness.statistic:.2f}, {p_is(test.by_harness.p_value)}; "
-        f"{methods.permutations} permutations, seed "
-        f"{methods.permutation_seed})",
+        f" (Kruskal-Wallis H by position {test.by_position.statistic:.2f}, "
+        f"{p_is(test.by_position.p_value)}; H by harness {test.by_harness.statistic:.2f}, "
+        f"{p_is(test.by_harness.p_value)}; {_strata_words(test)}; "
+        f"{methods.permutations} permutations, seed {methods.permutation_seed})",
     )
+
+
+def _strata_words(test: OrderTest) -> str:
+    if test.separable is None:
+        return "strata not recorded"
+    return f"position varies in {test.separable} of {test.strata} harness x task strata"
 
 
 def _order_section(stats: BatchStats) -> list[Block]:
     methods = stats.methods
     return [
         Heading(3, ("Order effects (position inside each (task, repeat) block)",)),
-        Paragraph((f"Pass rate: Wilson interval; median wall: {_bootstrap_words(methods)}.",)),
+        Paragraph((f"Pass rate: Wilson interval; median wall {_interval_words(methods)}.",)),
         table(
             [
                 ("position", R),
                 ("pass rate [95 % CI]", R),
-                ("median wall s [95 % CI]", R),
+                ("median wall s [interval]", R),
                 ("n cells", R),
             ],
             (
@@ -421,16 +464,65 @@ def _stats_section(stats: BatchStats, labels: dict[str, str]) -> list[Block]:
     methods = stats.methods
     caption = (
         f"Pass rate: {methods.proportion_interval} {methods.confidence:.0%} interval, "
-        f"indeterminate counted as not passed. Medians per cell, {_bootstrap_words(methods)}; "
+        "indeterminate counted as not passed, the cells of a task the lab cannot judge "
+        "(unjudged) left out. "
+        f"Medians per cell, {_interval_words(methods)}; "
         "per harness each (task, repeat) cluster holds one cell."
     )
     return [
         Heading(3, ("Uncertainty per harness",)),
         Paragraph((caption,)),
+        *_overruled_line(stats),
         _uncertainty_table("harness", stats.harnesses),
         _uncertainty_table("harness · task", stats.harness_tasks),
+        *_unjudged_section(stats),
         *_paired_section(stats, labels),
         *_order_section(stats),
+    ]
+
+
+def _overruled_line(stats: BatchStats) -> list[Block]:
+    if stats.overruled is None:
+        return []
+    moved = "; ".join(f"{rule}: {cells}" for rule, cells in stats.overruled.items())
+    return [
+        Paragraph((f"Cells the runner made indeterminate against their trial, by rule: {moved}.",))
+    ]
+
+
+def _unjudged_section(stats: BatchStats) -> list[Block]:
+    """Each harness's cells of unjudged tasks, apart: what their trials said, and its pass rate
+    with them counted as passes and as failures."""
+    groups = [(g, g.unjudged) for g in stats.harnesses if g.unjudged is not None]
+    if not groups:
+        return []
+    return [
+        Paragraph(
+            (
+                "Cells of tasks the lab cannot judge (its oracle did not score 1 at the freeze), "
+                "left out of the pass rates; their trials' own verdicts, and the pass rate with "
+                "them counted each way:",
+            )
+        ),
+        table(
+            [
+                ("harness", L),
+                *((column, R) for column in ("unjudged cells", "trial pass", "trial fail")),
+                ("pass rate, counted as pass", R),
+                ("pass rate, counted as fail", R),
+            ],
+            (
+                (
+                    group.label,
+                    str(found.cells),
+                    str(found.trial_passes),
+                    str(found.cells - found.trial_passes),
+                    fmt_proportion(found.as_pass),
+                    fmt_proportion(found.as_fail),
+                )
+                for group, found in groups
+            ),
+        ),
     ]
 
 
@@ -510,6 +602,7 @@ def batch_heading(batch: BatchReceipt) -> Heading:
 
 def _batch_section(batch: BatchReceipt) -> list[Block]:
     labels = {group.key: group.label for group in batch.harnesses}
+    methods = batch.stats.methods if batch.stats is not None else Methods()
     blocks: list[Block] = [
         batch_heading(batch),
         Paragraph(
@@ -527,10 +620,11 @@ def _batch_section(batch: BatchReceipt) -> list[Block]:
         Paragraph(
             (
                 "Comparisons, each pair once (subject vs baseline; percent difference and ratio "
-                "of totals; the interval resamples the paired (task, repeat) clusters):",
+                "of the totals over the (task, repeat) clusters where both harnesses have the "
+                "value, the clusters its interval resamples; the tables above sum every cell):",
             )
         ),
-        *bullets(describe(comparison, labels) for comparison in batch.comparisons),
+        *bullets(describe(comparison, labels, methods) for comparison in batch.comparisons),
     ]
     missing_tokens = [g.label for g in batch.harnesses if g.totals.provider_tokens is None]
     if missing_tokens:

@@ -2,9 +2,11 @@
 
 - pass rates: Wilson score interval (``scipy.stats.binomtest(...).proportion_ci``);
 - medians and ratios: percentile bootstrap (``scipy.stats.bootstrap``) that resamples
-  (task, repeat) clusters, never single cells, with a fixed seed;
+  (task, repeat) clusters, never single cells, with a fixed seed; at most ``RANGE_CLUSTERS``
+  clusters a percentile interval is the sample's range whatever its label says (3 clusters:
+  coverage 0.75), so a median gets its range with the range's exact coverage and a ratio none;
 - paired pass/fail: exact McNemar (two-sided binomial test of b of b + c at 0.5), Holm-corrected;
-- the smallest pass-rate difference the design detects at 80 % power (exact, a lower bound);
+- a lower bound on the pass-rate difference detected with 80 % power at Holm's strictest alpha;
 - order effects: Kruskal-Wallis H, its p-value from a stratified permutation with a fixed seed.
 
 Every result is a model so the receipt carries it and any renderer only formats it.
@@ -12,7 +14,7 @@ Every result is a model so the receipt carries it and any renderer only formats 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,7 @@ ALPHA = 0.05
 POWER = 0.80
 BOOTSTRAP_SEED = 13
 BOOTSTRAP_RESAMPLES = 9999
+RANGE_CLUSTERS = 5
 PERMUTATION_SEED = 13
 PERMUTATIONS = 9999
 
@@ -42,18 +45,25 @@ class Methods(FrozenModel):
     bootstrap: str = "percentile bootstrap of (task, repeat) clusters (scipy.stats.bootstrap)"
     bootstrap_seed: int = BOOTSTRAP_SEED
     bootstrap_resamples: int = BOOTSTRAP_RESAMPLES
+    small_samples: str = (
+        f"at most {RANGE_CLUSTERS} clusters: a median's interval is the range of the values, "
+        "with its exact probability of covering the median (1 - 2 x 0.5^n); a ratio has none"
+    )
     paired_test: str = (
         "exact McNemar: two-sided binomial test of b of b + c at 0.5 (p = 1 if b + c = 0)"
     )
     correction: str = "Holm across the harness pairs of the batch"
     detectable: str = (
-        f"smallest pass-rate difference with {POWER:.0%} power at alpha {ALPHA} (exact McNemar, "
-        "by enumeration; assumes every discordant pair favours one harness, so it is a lower "
-        "bound: smaller differences cannot be told from none)"
+        f"a lower bound on the pass-rate difference the exact McNemar test detects with "
+        f"{POWER:.0%} power at Holm's strictest alpha ({ALPHA} / the pairs compared): the "
+        "binomial power when every discordant pair favours one harness, the most favourable "
+        f"case; a smaller difference is detected with less than {POWER:.0%} power, not never"
     )
     order_test: str = (
-        "Kruskal-Wallis H by position (labels permuted within harness strata) against H by "
-        "harness (labels permuted within position strata)"
+        "Kruskal-Wallis H by position over all cells, its p-value from permuting positions "
+        "within harness x task strata (the Latin square ties a task to a position whenever it "
+        "keeps its place in the block), against H by harness over all cells, permuted within "
+        "position x task strata"
     )
     permutation_seed: int = PERMUTATION_SEED
     permutations: int = PERMUTATIONS
@@ -74,12 +84,15 @@ class Proportion(FrozenModel):
 
 
 class Estimate(FrozenModel):
-    """A statistic over ``clusters`` clusters with its bootstrap interval. ``value`` None means
-    no cluster had the value (e.g. provider tokens not returned), never 0."""
+    """A statistic over ``clusters`` clusters with its interval: the bootstrap's at
+    ``CONFIDENCE`` when ``coverage`` is None, else the range of the values, which covers the
+    median with probability ``coverage``. ``value`` None means no cluster had the value (e.g.
+    provider tokens not returned), never 0."""
 
     value: float | None
     interval: Interval | None
     clusters: int
+    coverage: float | None = None
 
 
 class PermutationTest(FrozenModel):
@@ -135,7 +148,7 @@ def cluster_bootstrap(statistic: Statistic, samples: Sequence[Sequence[float]]) 
     if clusters == 0:
         return Estimate(value=None, interval=None, clusters=0)
     value = _finite(statistic(*arrays, axis=-1))
-    if clusters < 2 or value is None:
+    if clusters <= RANGE_CLUSTERS or value is None:
         return Estimate(value=value, interval=None, clusters=clusters)
 
     def on_clusters(indices: Any, axis: int = -1) -> Any:
@@ -155,6 +168,27 @@ def cluster_bootstrap(statistic: Statistic, samples: Sequence[Sequence[float]]) 
     low, high = (_finite(bound) for bound in result.confidence_interval)
     interval = Interval(low=low, high=high) if low is not None and high is not None else None
     return Estimate(value=value, interval=interval, clusters=clusters)
+
+
+def range_coverage(n: int) -> float:
+    """The probability that the range of ``n`` values covers their distribution's median (at
+    least that, with ties): 1 - P(all above) - P(all below) = 1 - 2 x 0.5^n."""
+    from scipy import stats
+
+    return float(stats.binom.cdf(n - 1, n, 0.5) - stats.binom.cdf(0, n, 0.5))
+
+
+def median_estimate(values: Sequence[float]) -> Estimate:
+    """The median of one value per cluster: its bootstrap interval, or at most
+    ``RANGE_CLUSTERS`` values their range and its coverage (none for a single value)."""
+    if not 2 <= len(values) <= RANGE_CLUSTERS:
+        return cluster_bootstrap(median, [values])
+    return Estimate(
+        value=float(np.median(values)),
+        interval=Interval(low=float(min(values)), high=float(max(values))),
+        clusters=len(values),
+        coverage=range_coverage(len(values)),
+    )
 
 
 def mcnemar_exact(subject_only: int, baseline_only: int) -> float:
@@ -178,14 +212,15 @@ def holm(p_values: Sequence[float]) -> tuple[float, ...]:
     return tuple(adjusted)
 
 
-def detectable_difference(pairs: int) -> float | None:
-    """The pass-rate difference detected with ``POWER`` at ``ALPHA`` by the exact McNemar test on
+def detectable_difference(pairs: int, alpha: float = ALPHA) -> float | None:
+    """The pass-rate difference detected with ``POWER`` at ``alpha`` by the exact McNemar test on
     ``pairs`` pairs when no pair favours the other harness: then b ~ Binomial(pairs, d), c = 0,
-    and the test rejects once b reaches the smallest count with p <= ALPHA. None when no outcome
-    of this many pairs can reach ALPHA."""
+    and the test rejects once b reaches the smallest count with p <= alpha. Any pair favouring
+    the other harness only costs power, so it is a lower bound. None when no outcome of this
+    many pairs can reach alpha."""
     from scipy import optimize, stats
 
-    needed = next((b for b in range(1, pairs + 1) if mcnemar_exact(b, 0) <= ALPHA), None)
+    needed = next((b for b in range(1, pairs + 1) if mcnemar_exact(b, 0) <= alpha), None)
     if needed is None:
         return None
 
@@ -205,19 +240,20 @@ def _kruskal_h(values: Any, labels: Any) -> Any:
 
 
 def stratified_permutation(
-    values: Sequence[float], groups: Sequence[int], strata: Sequence[int]
+    values: Sequence[float], groups: Sequence[int], strata: Sequence[Hashable]
 ) -> PermutationTest:
     """Kruskal-Wallis H of ``values`` by ``groups``; p-value from permuting the group labels
     within each stratum (so the strata's effect is held fixed)."""
     data = np.asarray(values, dtype=float)
     labels = np.asarray(groups)
-    layers = np.asarray(strata)
     if data.size == 0 or np.ptp(data) == 0 or len(np.unique(labels)) < 2:
         return PermutationTest(statistic=0.0, p_value=1.0)
     rng = np.random.default_rng(PERMUTATION_SEED)
     shuffled = np.tile(labels, (PERMUTATIONS, 1))
-    for layer in np.unique(layers):
-        columns = np.flatnonzero(layers == layer)
+    layers: dict[Hashable, list[int]] = {}
+    for column, layer in enumerate(strata):
+        layers.setdefault(layer, []).append(column)
+    for columns in layers.values():
         shuffled[:, columns] = rng.permuted(shuffled[:, columns], axis=1)
     observed = float(_kruskal_h(data, labels[np.newaxis, :])[0])
     null = _kruskal_h(data, shuffled)
