@@ -20,16 +20,20 @@ OPENPI_URL = "https://github.com/tt-a1i/openpi.git"
 OPENPI_BUNDLE = REPO.parent / "shared" / "sources" / "openpi-v0.3.0.bundle"
 TASKS_URL = "https://github.com/laude-institute/terminal-bench-2.git"
 TASKS_BUNDLE = REPO.parent / "shared" / "sources" / "terminal-bench-2.1-subset.bundle"
+TB20_URL = "https://github.com/yujianll/skill-usage.git"
+TB20_BUNDLE = REPO.parent / "shared" / "sources" / "terminal-bench-2.0-subset.bundle"
 
 
 @pytest.fixture(scope="session", autouse=True)
 def git_sources() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("GIT_CONFIG_COUNT", "2")
+        patch.setenv("GIT_CONFIG_COUNT", "3")
         patch.setenv("GIT_CONFIG_KEY_0", f"url.{OPENPI_BUNDLE}.insteadOf")
         patch.setenv("GIT_CONFIG_VALUE_0", OPENPI_URL)
         patch.setenv("GIT_CONFIG_KEY_1", f"url.{TASKS_BUNDLE}.insteadOf")
         patch.setenv("GIT_CONFIG_VALUE_1", TASKS_URL)
+        patch.setenv("GIT_CONFIG_KEY_2", f"url.{TB20_BUNDLE}.insteadOf")
+        patch.setenv("GIT_CONFIG_VALUE_2", TB20_URL)
         yield
 
 
