@@ -61,6 +61,22 @@ run_tier() {
 }
 
 run_tier fast -m "not vm" "$@"
+
+# The oldest scipy pyproject allows must run the report's statistics: that release alone is
+# installed into a directory of its own and put before the venv's for the statistics and
+# report tests (~1 min; one wheel from PyPI, cached by pip).
+scipy_floor_check() {
+  [[ " $tiers " == *" fast "* ]] || return 0
+  local floor
+  floor=$(python3 -c 'import tomllib; deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; print(next(d.split(">=")[1].split(",")[0].strip() for d in deps if d.startswith("scipy>=")))')
+  echo "== scipy $floor (pyproject's floor): the statistics and report tests"
+  local target=.cache/scipy-floor-$floor
+  [ -d "$target/scipy" ] || python3 -m pip install --quiet --no-deps --target "$target" "scipy==$floor" || exit 1
+  PYTHONPATH="$target" python3 -c "import scipy; from packaging.version import Version as V; assert V(scipy.__version__) == V('$floor'), scipy.__version__" || exit 1
+  PYTHONPATH="$target" python3 -m pytest -q -p no:cacheprovider tests/test_report_stats.py \
+    tests/test_analysis.py tests/test_reference_report.py tests/test_synthetic_ledgers.py || exit 1
+}
+scipy_floor_check
 # The real tasks' lab (tb21, its own VM) is deployed and frozen (with each task's oracle) in the
 # background (once the image is built) while the vm and guest tiers run: a TCG guest mostly keeps
 # one host core busy, so two overlap. The e2e tier finds it deployed and frozen

@@ -78,16 +78,11 @@ def test_real_tasks_pass_with_the_reference_and_fail_with_the_wrong_answer(
     assert verdicts == {
         **{("reference", task): "pass" for task in TASKS if judged[task]},
         **{("wrong", task): "fail" for task in TASKS if judged[task]},
-        # A task the lab cannot judge: a pass would still count; a failure is indeterminate.
-        **{
-            ("reference", task): verdicts[("reference", task)] for task in TASKS if not judged[task]
-        },
-        **{("wrong", task): "indeterminate" for task in TASKS if not judged[task]},
-    }
-    assert {verdicts[("reference", task)] for task in TASKS if not judged[task]} <= {
-        "pass",
-        "indeterminate",
-    }
+        # A task the lab cannot judge: each of its cells is indeterminate, pass and fail alike
+        # (the trial's own outcome is kept on the line).
+        **{(model, task): "indeterminate" for model in ("reference", "wrong") for task in TASKS
+           if not judged[task]},
+    }  # fmt: skip
     assert all(line.mirror is not None and line.mirror.misses == () for line in lines)
     # The verifiers judged with the upstream files, byte for byte: the guest's copies have the
     # digests of the commit's (whose trees runner resolve checked against the resolution).
