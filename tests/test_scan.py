@@ -161,7 +161,6 @@ def body(length: int) -> str:
 LOOK_ALIKES = {
     "one character short": BEARER_PREFIX + body(BEARER_LENGTH - len(BEARER_PREFIX) - 1) + "\n",
     "one character short at the end": BEARER_PREFIX + body(BEARER_LENGTH - len(BEARER_PREFIX) - 1),
-    "too long": BEARER_PREFIX + body(60) + "\n",
     "no prefix": body(BEARER_LENGTH) + "\n",
 }
 
@@ -173,12 +172,29 @@ def test_a_look_alike_is_not_a_bearer(paths: RunPaths, text: str) -> None:
     assert report.clean and not report.leaks
 
 
-def test_a_longer_look_alike_cut_by_a_chunk_boundary_is_not_a_bearer(paths: RunPaths) -> None:
-    # The first chunk ends right after a full bearer shape; the next character makes it longer.
-    data = b" " * (CHUNK - BEARER_LENGTH) + EARLIER.encode() + b"Z\n"
+FOLLOWED = {
+    "by letters": EARLIER + "Zq\n",
+    "by digits": EARLIER + "2026",
+    "by an underscore and a word": EARLIER + "_cell_1",
+    "by a dash": EARLIER + "-x",
+}
+
+
+@pytest.mark.parametrize("text", FOLLOWED.values(), ids=FOLLOWED)
+def test_a_bearer_is_found_whatever_follows_it(paths: RunPaths, text: str) -> None:
+    (paths.trial("cell-1") / "agent.log").write_text("BENCH_PROXY_BEARER=" + text)
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert [(leak.file, leak.kind) for leak in report.leaks] == [
+        ("trials/cell-1/agent.log", "bearer")
+    ]
+
+
+def test_a_bearer_followed_by_letters_across_a_chunk_boundary_is_found(paths: RunPaths) -> None:
+    # The first chunk ends right after the bearer; the next one goes on with letters.
+    data = b" " * (CHUNK - BEARER_LENGTH) + EARLIER.encode() + b"Zq\n"
     (paths.trial("cell-1") / "big.bin").write_bytes(data)
     report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
-    assert report.clean and not report.leaks
+    assert [leak.file for leak in report.leaks] == ["trials/cell-1/big.bin"]
 
 
 def test_a_secret_in_a_name_is_a_leak_shown_by_its_kind(paths: RunPaths) -> None:

@@ -17,12 +17,12 @@ _BODY = -(-4 * BEARER_BYTES // 3)  # unpadded base64url characters of BEARER_BYT
 BEARER_LENGTH = len(BEARER_PREFIX) + _BODY
 _BASE64URL = rb"A-Za-z0-9_-"
 
-# No left boundary: a bearer printed at the start of a line sits after "\n" in a JSON string or
-# after an ANSI colour code ("...[32m"), both ending in a base64url character. The right
-# boundary keeps a longer run of such characters (an identifier, say) from counting.
-BEARER_SHAPE = re.compile(
-    re.escape(BEARER_PREFIX.encode()) + rb"[%b]{%d}(?![%b])" % (_BASE64URL, _BODY, _BASE64URL)
-)
+# No boundary on either side: a bearer printed at the start of a line sits after "\n" in a JSON
+# string or after an ANSI colour code ("...[32m"), both ending in a base64url character, and one
+# glued to what follows ("fbr_...Zq", "fbr_..._cell_1") is still a bearer. A longer run of such
+# characters after the prefix matches too: reporting a look-alike costs a look, missing a bearer
+# costs the key's secrecy.
+BEARER_SHAPE = re.compile(re.escape(BEARER_PREFIX.encode()) + rb"[%b]{%d}" % (_BASE64URL, _BODY))
 
 
 def new_bearer() -> str:

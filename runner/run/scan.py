@@ -107,15 +107,13 @@ class Searcher:
                     )
                 self.needles += [(needle, kind) for needle in _needles(value)]
             self.checked[kind] = len(distinct)
-        # A bearer shape needs its right neighbour, so one ending a window waits for the next:
-        # the overlap carries it over whole.
-        needle_overlap = max((len(needle) for needle, _ in self.needles), default=1) - 1
-        self.overlap = max(needle_overlap, BEARER_LENGTH)
+        # What a window's end cuts is carried into the next window whole.
+        longest = max((len(needle) for needle, _ in self.needles), default=1)
+        self.overlap = max(longest, BEARER_LENGTH) - 1
 
-    def kinds_in(self, window: bytes, final: bool) -> set[SecretKind]:
-        """The kinds in ``window``; a bearer shape ending it counts only when the data ends."""
+    def kinds_in(self, window: bytes) -> set[SecretKind]:
         found = {kind for needle, kind in self.needles if needle in window}
-        if any(final or m.end() < len(window) for m in BEARER_SHAPE.finditer(window)):
+        if BEARER_SHAPE.search(window):
             found.add("bearer")
         return found
 
@@ -129,15 +127,15 @@ class Searcher:
             if limit is not None and total > limit:
                 raise OSError(f"more than {limit} bytes inflated")
             window = tail + chunk
-            found |= self.kinds_in(window, final=False)
+            found |= self.kinds_in(window)
             tail = window[-self.overlap :]
-        return found | self.kinds_in(tail, final=True), total
+        return found, total
 
     def name(self, name: str) -> tuple[str, set[SecretKind]]:
         """The name as the report may show it (each secret in it replaced by ``<kind>``), and
         the kinds it held: a name is kept with the run as much as a file's content."""
         raw = name.encode(errors="surrogateescape")
-        kinds = self.kinds_in(raw, final=True)
+        kinds = self.kinds_in(raw)
         for needle, kind in self.needles:
             raw = raw.replace(needle, f"<{kind}>".encode())
         raw = BEARER_SHAPE.sub(b"<bearer>", raw)
