@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import json
 import lzma
+import tarfile
+import tracemalloc
 import zipfile
 from pathlib import Path
 
@@ -17,7 +20,9 @@ from runner.core.errors import RunnerError
 from runner.core.files import read_model
 from runner.proxy.bearer import BEARER_LENGTH, BEARER_PREFIX, BEARER_SHAPE, new_bearer
 from runner.records.paths import RunPaths
-from runner.run.scan import CHUNK, ScanReport, new_canary, scan_run
+from runner.run import containers
+from runner.run.containers import CHUNK, MAX_DEPTH
+from runner.run.scan import ScanReport, new_canary, scan_run
 
 KEY = "sk-real-provider-key-7f3a9c2e"
 BEARER = "bearer-of-cell-1-AbCdEfGhIjKl"
@@ -214,3 +219,115 @@ def test_a_secret_in_a_name_is_a_leak_shown_by_its_kind(paths: RunPaths) -> None
     # A resumed run scans the first scan's report too: it must add nothing.
     again = scan_run(paths, secrets_with())  # type: ignore[arg-type]
     assert {(leak.file, leak.kind, leak.inside) for leak in again.leaks} == expected
+
+
+def tarred(*members: tuple[str, bytes]) -> bytes:
+    packed = io.BytesIO()
+    with tarfile.open(fileobj=packed, mode="w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return packed.getvalue()
+
+
+def zipped(name: str, data: bytes) -> bytes:
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(name, data)
+    return packed.getvalue()
+
+
+SECRET_LINE = f"Authorization: Bearer {EARLIER}\n".encode()
+NESTED = {
+    "gzip in gzip": (gzip.compress(gzip.compress(SECRET_LINE)), "1f8b!1f8b"),
+    "zip in gzip": (gzip.compress(zipped("logs/agent.log", SECRET_LINE)), "1f8b!logs/agent.log"),
+    "tar in gzip": (gzip.compress(tarred(("agent.log", SECRET_LINE))), "1f8b!agent.log"),
+    "gzip in a tar in gzip": (
+        gzip.compress(tarred(("log.gz", gzip.compress(SECRET_LINE)))),
+        "1f8b!log.gz!1f8b",
+    ),
+    "xz in bzip2": (bz2.compress(lzma.compress(SECRET_LINE)), "425a68!fd377a585a00"),
+    "gzip in zip": (zipped("log.gz", gzip.compress(SECRET_LINE)), "log.gz!1f8b"),
+}
+
+
+@pytest.mark.parametrize("data, inside", NESTED.values(), ids=NESTED)
+def test_nested_compression_is_searched_inside(paths: RunPaths, data: bytes, inside: str) -> None:
+    (paths.trial("cell-1") / "packed").write_bytes(data)
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert ("trials/cell-1/packed", "bearer", inside) in {
+        (leak.file, leak.kind, leak.inside) for leak in report.leaks
+    }
+    assert not report.failures
+
+
+def nested_gzip(levels: int) -> bytes:
+    data = SECRET_LINE
+    for _ in range(levels):
+        data = gzip.compress(data)
+    return data
+
+
+UNREADABLE = {
+    "nested beyond the depth": (nested_gzip(MAX_DEPTH + 1), f"deeper than {MAX_DEPTH}"),
+    "a zstd stream": (b"\x28\xb5\x2f\xfd" + b"\x00" * 64, "zstd"),
+    "a zstd stream in gzip": (gzip.compress(b"\x28\xb5\x2f\xfd" + b"\x00" * 64), "zstd"),
+    "a 7z archive": (b"7z\xbc\xaf\x27\x1c" + b"\x00" * 64, "7z"),
+    "a torn gzip in gzip": (gzip.compress(gzip.compress(SECRET_LINE)[:-12]), "1f8b"),
+    "a corrupt zip in gzip": (gzip.compress(zipped("a.log", SECRET_LINE)[:-30]), "zip"),
+}
+
+
+@pytest.mark.parametrize("data, error", UNREADABLE.values(), ids=UNREADABLE)
+def test_a_container_the_scan_cannot_open_is_a_finding(
+    paths: RunPaths, data: bytes, error: str
+) -> None:
+    (paths.trial("cell-1") / "packed").write_bytes(data)
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert [failure.file for failure in report.failures] == ["trials/cell-1/packed"]
+    assert error in report.failures[0].error
+    assert not report.clean
+
+
+def test_the_depth_itself_is_searched(paths: RunPaths) -> None:
+    (paths.trial("cell-1") / "packed").write_bytes(nested_gzip(MAX_DEPTH))
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert [leak.inside for leak in report.leaks] == ["!".join(["1f8b"] * MAX_DEPTH)]
+    assert not report.failures
+
+
+def test_a_decompression_bomb_is_a_finding_at_the_cap(
+    paths: RunPaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(containers, "MAX_INFLATED_BYTES", 8 << 20)
+    # The cap holds for the file as a whole: each layer is under it, together they are not.
+    inner = gzip.compress(b"\x00" * (5 << 20))
+    bomb = gzip.compress(tarred(("a.gz", inner), ("b.gz", inner)))
+    (paths.trial("cell-1") / "bomb.gz").write_bytes(bomb)
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert [failure.file for failure in report.failures] == ["trials/cell-1/bomb.gz"]
+    assert f"more than {8 << 20} bytes inflated" in report.failures[0].error
+
+
+def test_inflating_is_streamed_not_held_in_memory(paths: RunPaths) -> None:
+    # 256 MiB inflated from a gzip and a zip in a tar.gz: streamed, the zip spooled to disk.
+    packed = io.BytesIO()
+    with (
+        zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as archive,
+        archive.open("zeros.bin", "w", force_zip64=True) as member,
+    ):
+        for _ in range(128):
+            member.write(b"\x00" * (1 << 20))
+    zeros = gzip.compress(b"\x00" * (128 << 20))
+    data = gzip.compress(tarred(("a.gz", zeros), ("b.zip", packed.getvalue())))
+    (paths.trial("cell-1") / "big.gz").write_bytes(data)
+    tracemalloc.start()
+    try:
+        report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert not report.failures and not report.leaks
+    assert report.bytes_scanned > len(data)  # the compressed bytes: the file itself and the rest
+    assert peak < 32 << 20

@@ -5,8 +5,8 @@ attempts, trials with the agents' logs and sessions, proxy counts, verify, recei
 for every real key and every bearer the proxy issued (handed over in memory, never written
 down), for a planted canary, and for any string of the bearer shape (``runner.proxy.bearer``):
 that catches bearers issued by an earlier runner process, which a resumed run never knew.
-Compressed files (gzip, bzip2, xz, zip) are searched inside as well, and file and member names
-too. The report names the file and the kind of secret, never the secret: a secret in a name is
+Compressed and archived files (gzip, bzip2, xz, zip, tar) are searched inside as well, layer
+within layer to a stated depth (runner.run.containers), and file and member names too. The report names the file and the kind of secret, never the secret: a secret in a name is
 shown as ``<kind>``.
 
 A leak makes the scan unclean, and so does a file that could not be read through, and so does
@@ -15,17 +15,13 @@ a canary that was planted but not found (a scan that cannot find its canary prov
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import json
-import lzma
 import os
 import secrets
-import zipfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -34,12 +30,11 @@ from runner.core.files import write_model
 from runner.core.models import FrozenModel
 from runner.proxy.bearer import BEARER_LENGTH, BEARER_SHAPE
 from runner.records.paths import RunPaths
+from runner.run.containers import READ_ERRORS, Feed, read_layers
 
 SecretKind = Literal["provider_key", "bearer", "canary"]
 
-CHUNK = 1 << 20
 MIN_SECRET_LENGTH = 12  # shorter strings would match by chance
-MAX_INFLATED_BYTES = 4 << 30  # per compressed file; beyond it the scan gives up on that file
 
 
 class Leak(FrozenModel):
@@ -79,10 +74,6 @@ class ScanReport(FrozenModel):
         return self
 
 
-class _Readable(Protocol):
-    def read(self, size: int, /) -> bytes: ...
-
-
 def new_canary() -> str:
     """A string that must be found where it is planted, and nowhere by chance."""
     return "scan-canary-" + secrets.token_urlsafe(24)
@@ -117,20 +108,6 @@ class Searcher:
             found.add("bearer")
         return found
 
-    def search(self, stream: _Readable, limit: int | None = None) -> tuple[set[SecretKind], int]:
-        """The kinds found in the stream, and how many bytes were read."""
-        found: set[SecretKind] = set()
-        tail = b""
-        total = 0
-        while chunk := stream.read(CHUNK):
-            total += len(chunk)
-            if limit is not None and total > limit:
-                raise OSError(f"more than {limit} bytes inflated")
-            window = tail + chunk
-            found |= self.kinds_in(window)
-            tail = window[-self.overlap :]
-        return found, total
-
     def name(self, name: str) -> tuple[str, set[SecretKind]]:
         """The name as the report may show it (each secret in it replaced by ``<kind>``), and
         the kinds it held: a name is kept with the run as much as a file's content."""
@@ -142,13 +119,20 @@ class Searcher:
         return raw.decode(errors="surrogateescape"), kinds
 
 
-# Magic bytes -> ``open(path, "rb")`` of the decompressed stream.
-_COMPRESSED: dict[bytes, Callable[..., Any]] = {
-    b"\x1f\x8b": gzip.open,
-    b"BZh": bz2.open,
-    b"\xfd7zXZ\x00": lzma.open,
-}
-_ZIP = b"PK\x03\x04"
+class _Search:
+    """The kinds in one stream, fed to it piece by piece: what a piece's end cuts is carried
+    into the next piece's window whole."""
+
+    def __init__(self, searcher: Searcher) -> None:
+        self.searcher = searcher
+        self.tail = b""
+        self.found: set[SecretKind] = set()
+
+    def feed(self, data: bytes) -> None:
+        if data:
+            window = self.tail + data
+            self.found |= self.searcher.kinds_in(window)
+            self.tail = window[-self.searcher.overlap :]
 
 
 class FileScan:
@@ -181,31 +165,23 @@ class FileScan:
         self.files += 1
         file, in_name = self.name(path)
         self.note(file, in_name)
+        searches: list[tuple[tuple[str, ...], _Search]] = []
+
+        def visit(inside: tuple[str, ...]) -> Feed:
+            searches.append((inside, _Search(self.searcher)))
+            return searches[-1][1].feed
+
         try:
             with path.open("rb") as handle:
-                head = handle.read(8)
-                handle.seek(0)
-                kinds, size = self.searcher.search(handle)
-            self.bytes += size
-            self.note(file, kinds)
-            self.inside(path, file, head)
-        except (OSError, EOFError, zipfile.BadZipFile, lzma.LZMAError) as error:
+                self.bytes += read_layers(handle, visit)
+        except READ_ERRORS as error:
             self.fail(file, str(error))
-
-    def inside(self, path: Path, file: str, head: bytes) -> None:
-        for magic, opener in _COMPRESSED.items():
-            if head.startswith(magic):
-                with opener(path, "rb") as stream:
-                    kinds, _ = self.searcher.search(stream, MAX_INFLATED_BYTES)
-                self.note(file, kinds, inside=magic.hex())
-        if head.startswith(_ZIP):
-            with zipfile.ZipFile(path) as archive:
-                for member in archive.infolist():
-                    with archive.open(member) as stream:
-                        kinds, _ = self.searcher.search(stream, MAX_INFLATED_BYTES)
-                    # Member names are stored as they are, so the search of the archive's own
-                    # bytes has already judged them; here they only need hiding.
-                    self.note(file, kinds, inside=self.searcher.name(member.filename)[0])
+        # What was found before a layer broke off is found all the same. Names inside a
+        # container are stored as they are, so the search of its bytes has judged them; here
+        # they only need hiding.
+        for inside, search in searches:
+            shown = self.searcher.name("!".join(inside))[0] if inside else None
+            self.note(file, search.found, inside=shown)
 
     def root(self, root: Path) -> None:
         if root.is_file():
