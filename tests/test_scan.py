@@ -3,6 +3,7 @@ bearers no process handed over (issued before a kill), found by their shape."""
 
 from __future__ import annotations
 
+import base64
 import bz2
 import gzip
 import io
@@ -311,15 +312,15 @@ def test_a_decompression_bomb_is_a_finding_at_the_cap(
 
 
 def test_inflating_is_streamed_not_held_in_memory(paths: RunPaths) -> None:
-    # 256 MiB inflated from a gzip and a zip in a tar.gz: streamed, the zip spooled to disk.
+    # 96 MiB inflated from a gzip and a zip in a tar.gz: streamed, the zip spooled to disk.
     packed = io.BytesIO()
     with (
         zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as archive,
         archive.open("zeros.bin", "w", force_zip64=True) as member,
     ):
-        for _ in range(128):
+        for _ in range(48):
             member.write(b"\x00" * (1 << 20))
-    zeros = gzip.compress(b"\x00" * (128 << 20))
+    zeros = gzip.compress(b"\x00" * (48 << 20))
     data = gzip.compress(tarred(("a.gz", zeros), ("b.zip", packed.getvalue())))
     (paths.trial("cell-1") / "big.gz").write_bytes(data)
     tracemalloc.start()
@@ -330,4 +331,61 @@ def test_inflating_is_streamed_not_held_in_memory(paths: RunPaths) -> None:
         tracemalloc.stop()
     assert not report.failures and not report.leaks
     assert report.bytes_scanned > len(data)  # the compressed bytes: the file itself and the rest
-    assert peak < 32 << 20
+    assert peak < 24 << 20
+
+
+TEXT = f"key={KEY}\nAuthorization: Bearer {EARLIER}\n"
+ENCODED = {
+    "UTF-16LE with a BOM": b"\xff\xfe" + TEXT.encode("utf-16-le"),
+    "UTF-16LE without": TEXT.encode("utf-16-le"),
+    "UTF-16BE with a BOM": b"\xfe\xff" + TEXT.encode("utf-16-be"),
+    "UTF-16BE without": TEXT.encode("utf-16-be"),
+    "UTF-32LE with a BOM": b"\xff\xfe\x00\x00" + TEXT.encode("utf-32-le"),
+    "UTF-32BE without": TEXT.encode("utf-32-be"),
+    "UTF-16 among other text": ("Überprüfung " * 99 + TEXT + "Ende").encode("utf-16"),
+}
+
+
+@pytest.mark.parametrize("data", ENCODED.values(), ids=ENCODED)
+def test_text_in_utf16_and_utf32_is_searched(paths: RunPaths, data: bytes) -> None:
+    (paths.trial("cell-1") / "console.txt").write_bytes(data)
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert {leak.kind for leak in report.leaks} == {"provider_key", "bearer"}
+
+
+def b64(text: str, urlsafe: bool = False, padded: bool = True) -> str:
+    encoded = (base64.urlsafe_b64encode if urlsafe else base64.b64encode)(text.encode()).decode()
+    return encoded if padded else encoded.rstrip("=")
+
+
+# The bearer at each of base64's three alignments, in both alphabets, padded or not.
+BASE64 = {
+    f"{alphabet}, {lead} before{'' if padded else ', unpadded'}": b64(
+        "x" * lead + "Authorization: Bearer " + EARLIER, alphabet == "url-safe", padded
+    )
+    for alphabet in ("standard", "url-safe")
+    for lead in (0, 1, 2)
+    for padded in (True, False)
+}
+
+
+@pytest.mark.parametrize("encoded", BASE64.values(), ids=BASE64)
+def test_a_bearer_in_base64_in_a_log_line_is_found(paths: RunPaths, encoded: str) -> None:
+    (paths.trial("cell-1") / "agent.log").write_text(
+        f"2026-12-02T13:00:00Z DEBUG headers={encoded} sent\n"
+    )
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert [(leak.file, leak.kind) for leak in report.leaks] == [
+        ("trials/cell-1/agent.log", "bearer")
+    ]
+
+
+def test_a_key_in_base64_in_json_and_across_a_chunk_boundary_is_found(paths: RunPaths) -> None:
+    (paths.trial("cell-1") / "s.json").write_text(json.dumps({"env": b64(f"K={KEY}")}))
+    blob = b64("y" * (CHUNK // 4 * 3) + KEY).encode()  # one run cut by the chunk's end
+    (paths.trial("cell-1") / "blob.txt").write_bytes(b"data:" + blob)
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert sorted((leak.file, leak.kind) for leak in report.leaks) == [
+        ("trials/cell-1/blob.txt", "provider_key"),
+        ("trials/cell-1/s.json", "provider_key"),
+    ]

@@ -6,8 +6,11 @@ for every real key and every bearer the proxy issued (handed over in memory, nev
 down), for a planted canary, and for any string of the bearer shape (``runner.proxy.bearer``):
 that catches bearers issued by an earlier runner process, which a resumed run never knew.
 Compressed and archived files (gzip, bzip2, xz, zip, tar) are searched inside as well, layer
-within layer to a stated depth (runner.run.containers), and file and member names too. The report names the file and the kind of secret, never the secret: a secret in a name is
-shown as ``<kind>``.
+within layer to a stated depth (runner.run.containers), and file and member names too. Every
+secret is searched for as UTF-8 (raw and JSON-escaped), UTF-16 and UTF-32 text (either byte
+order), and inside every base64 run (either alphabet) long enough to encode one. The report
+names the file and the kind of secret, never the secret: a secret in a name is shown as
+``<kind>``.
 
 A leak makes the scan unclean, and so does a file that could not be read through, and so does
 a canary that was planted but not found (a scan that cannot find its canary proves nothing).
@@ -15,10 +18,12 @@ a canary that was planted but not found (a scan that cannot find its canary prov
 
 from __future__ import annotations
 
+import binascii
 import json
 import os
+import re
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -28,7 +33,7 @@ from pydantic import Field, model_validator
 from runner.core.errors import RunnerError
 from runner.core.files import write_model
 from runner.core.models import FrozenModel
-from runner.proxy.bearer import BEARER_LENGTH, BEARER_SHAPE
+from runner.proxy.bearer import BEARER_LENGTH, BEARER_SHAPE, shape_in
 from runner.records.paths import RunPaths
 from runner.run.containers import READ_ERRORS, Feed, read_layers
 
@@ -79,14 +84,35 @@ def new_canary() -> str:
     return "scan-canary-" + secrets.token_urlsafe(24)
 
 
-def _needles(value: str) -> set[bytes]:
+def _forms(value: str) -> set[str]:
     """The secret as stored raw, and as it appears inside a JSON string."""
-    return {value.encode(), json.dumps(value)[1:-1].encode()}
+    return {value, json.dumps(value)[1:-1]}
+
+
+# Encodings other than UTF-8 that text is searched in: each gives an ASCII character one code
+# unit, its byte between NULs (a BOM before the text changes nothing inside it).
+WIDE_ENCODINGS = ("utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be")
+# A run of base64 (either alphabet, padded or not) long enough to encode the shortest secret;
+# it is decoded and the decoded bytes searched as UTF-8 text.
+MIN_BASE64_RUN = -(-4 * MIN_SECRET_LENGTH // 3)
+_BASE64_RUN = re.compile(rb"[A-Za-z0-9+/_-]{%d,}" % MIN_BASE64_RUN)
+_URL_SAFE = bytes.maketrans(b"-_", b"+/")
+
+
+def _base64_decodings(window: bytes) -> Iterator[bytes]:
+    """Each base64 run of the window decoded from each of its first four characters: where the
+    encoded text began is not known (a run cut by the window's start, a letter before it)."""
+    for match in _BASE64_RUN.finditer(window):
+        run = match.group().translate(_URL_SAFE)
+        for start in range(4):
+            piece = run[start:]
+            piece = piece[: len(piece) - (len(piece) % 4 == 1)]  # a lone character is no byte
+            yield binascii.a2b_base64(piece + b"=" * (-len(piece) % 4))
 
 
 class Searcher:
     def __init__(self, secrets_by_kind: Mapping[SecretKind, Iterable[str]]) -> None:
-        self.needles: list[tuple[bytes, SecretKind]] = []
+        forms: list[tuple[str, SecretKind]] = []
         self.checked: dict[SecretKind, int] = {}
         for kind, values in secrets_by_kind.items():
             distinct = set(values)
@@ -96,15 +122,32 @@ class Searcher:
                         f"scan: a {kind} shorter than {MIN_SECRET_LENGTH} "
                         "characters cannot be searched for reliably"
                     )
-                self.needles += [(needle, kind) for needle in _needles(value)]
+                # A bearer the proxy issued has the shape, which finds it (and every other):
+                # searching for each one too would only cost time.
+                if kind != "bearer" or not BEARER_SHAPE.fullmatch(value.encode()):
+                    forms += [(form, kind) for form in _forms(value)]
             self.checked[kind] = len(distinct)
-        # What a window's end cuts is carried into the next window whole.
-        longest = max((len(needle) for needle, _ in self.needles), default=1)
-        self.overlap = max(longest, BEARER_LENGTH) - 1
+        self.needles = [(form.encode(), kind) for form, kind in forms]
+        self.wide_needles = [(f.encode(e), k) for f, k in forms for e in WIDE_ENCODINGS]
+        self.wide_shapes = [shape_in(encoding) for encoding in WIDE_ENCODINGS]
+        # What a window's end cuts is carried into the next window whole: the longest form is
+        # in UTF-32, longer than its base64 too.
+        longest = max((len(needle) for needle, _ in self.wide_needles), default=0)
+        self.overlap = max(longest, 4 * BEARER_LENGTH) - 1
 
     def kinds_in(self, window: bytes) -> set[SecretKind]:
-        found = {kind for needle, kind in self.needles if needle in window}
-        if BEARER_SHAPE.search(window):
+        found = self._utf8(window)
+        if b"\x00" in window:  # what UTF-16 or UTF-32 makes of ASCII has NULs
+            found |= {kind for needle, kind in self.wide_needles if needle in window}
+            if any(shape.search(window) for shape in self.wide_shapes):
+                found.add("bearer")
+        for decoded in _base64_decodings(window):
+            found |= self._utf8(decoded)
+        return found
+
+    def _utf8(self, data: bytes) -> set[SecretKind]:
+        found = {kind for needle, kind in self.needles if needle in data}
+        if BEARER_SHAPE.search(data):
             found.add("bearer")
         return found
 
