@@ -30,6 +30,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from runner.core.canonical import sha256_digest
 from runner.core.errors import RunnerError
 from runner.core.files import write_model
 from runner.core.models import FrozenModel
@@ -38,6 +39,10 @@ from runner.records.paths import RunPaths
 from runner.run.containers import READ_ERRORS, Feed, read_layers
 
 SecretKind = Literal["provider_key", "bearer", "canary"]
+# What a search finds: a kind of secret, or a bearer of the shape known to be where it is by
+# design (runner.run.guest_scan: a cell's own bearer in Podman's records), which no report
+# names as a leak.
+Found = SecretKind | Literal["own_bearer"]
 
 MIN_SECRET_LENGTH = 12  # shorter strings would match by chance
 
@@ -111,7 +116,15 @@ def _base64_decodings(window: bytes) -> Iterator[bytes]:
 
 
 class Searcher:
-    def __init__(self, secrets_by_kind: Mapping[SecretKind, Iterable[str]]) -> None:
+    """Searches windows of bytes for the secrets; a bearer-shaped string whose digest
+    (``sha256:<hex>``) is one of ``own_bearers`` is found as ``own_bearer``, not as a bearer."""
+
+    def __init__(
+        self,
+        secrets_by_kind: Mapping[SecretKind, Iterable[str]],
+        own_bearers: frozenset[str] = frozenset(),
+    ) -> None:
+        self.own_bearers = own_bearers
         forms: list[tuple[str, SecretKind]] = []
         self.checked: dict[SecretKind, int] = {}
         for kind, values in secrets_by_kind.items():
@@ -135,23 +148,32 @@ class Searcher:
         longest = max((len(needle) for needle, _ in self.wide_needles), default=0)
         self.overlap = max(longest, 4 * BEARER_LENGTH) - 1
 
-    def kinds_in(self, window: bytes) -> set[SecretKind]:
+    def kinds_in(self, window: bytes) -> set[Found]:
         found = self._utf8(window)
         if b"\x00" in window:  # what UTF-16 or UTF-32 makes of ASCII has NULs
             found |= {kind for needle, kind in self.wide_needles if needle in window}
-            if any(shape.search(window) for shape in self.wide_shapes):
-                found.add("bearer")
+            for shape in self.wide_shapes:
+                found |= self._bearers(shape, window)
         for decoded in _base64_decodings(window):
             found |= self._utf8(decoded)
         return found
 
-    def _utf8(self, data: bytes) -> set[SecretKind]:
-        found = {kind for needle, kind in self.needles if needle in data}
-        if BEARER_SHAPE.search(data):
-            found.add("bearer")
-        return found
+    def _utf8(self, data: bytes) -> set[Found]:
+        found: set[Found] = {kind for needle, kind in self.needles if needle in data}
+        return found | self._bearers(BEARER_SHAPE, data)
 
-    def name(self, name: str) -> tuple[str, set[SecretKind]]:
+    def _bearers(self, shape: re.Pattern[bytes], data: bytes) -> set[Found]:
+        if not self.own_bearers:  # the common case: any match is a bearer, the first will do
+            return {"bearer"} if shape.search(data) else set()
+        return {
+            "own_bearer" if self._own(match.group()) else "bearer" for match in shape.finditer(data)
+        }
+
+    def _own(self, match: bytes) -> bool:
+        text = match.replace(b"\x00", b"")  # a wide encoding's match, back to ASCII
+        return sha256_digest(text) in self.own_bearers
+
+    def name(self, name: str) -> tuple[str, set[Found]]:
         """The name as the report may show it (each secret in it replaced by ``<kind>``), and
         the kinds it held: a name is kept with the run as much as a file's content."""
         raw = name.encode(errors="surrogateescape")
@@ -169,7 +191,7 @@ class _Search:
     def __init__(self, searcher: Searcher) -> None:
         self.searcher = searcher
         self.tail = b""
-        self.found: set[SecretKind] = set()
+        self.found: set[Found] = set()
 
     def feed(self, data: bytes) -> None:
         if data:
@@ -186,17 +208,20 @@ class FileScan:
         self.bytes = 0
         self.leaks: list[Leak] = []
         self.canary_hits: list[str] = []
+        self.own_bearers: list[str] = []  # files holding a bearer found as ``own_bearer``
         self.failures: list[ScanFailure] = []
 
-    def name(self, path: Path) -> tuple[str, set[SecretKind]]:
+    def name(self, path: Path) -> tuple[str, set[Found]]:
         """The path as the report shows it (relative to the base), and the kinds it held."""
         where = path.relative_to(self.base) if path.is_relative_to(self.base) else path
         return self.searcher.name(str(where))
 
-    def note(self, file: str, kinds: set[SecretKind], inside: str | None = None) -> None:
+    def note(self, file: str, kinds: set[Found], inside: str | None = None) -> None:
         for kind in sorted(kinds):
             if kind == "canary":
                 self.canary_hits.append(file + (f"!{inside}" if inside else ""))
+            elif kind == "own_bearer":
+                self.own_bearers.append(file)
             else:
                 self.leaks.append(Leak(file=file, kind=kind, inside=inside))
 
@@ -204,14 +229,16 @@ class FileScan:
         shown, _ = self.searcher.name(error)  # an OS error quotes the path
         self.failures.append(ScanFailure(file=file, error=shown[:200]))
 
-    def file(self, path: Path) -> None:
+    def file(self, path: Path, searcher: Searcher | None = None) -> None:
+        """Search the file (with ``searcher`` when given: another view of what is expected
+        there); its name is always judged by the scan's own searcher."""
         self.files += 1
         file, in_name = self.name(path)
         self.note(file, in_name)
         searches: list[tuple[tuple[str, ...], _Search]] = []
 
         def visit(inside: tuple[str, ...]) -> Feed:
-            searches.append((inside, _Search(self.searcher)))
+            searches.append((inside, _Search(searcher or self.searcher)))
             return searches[-1][1].feed
 
         try:
