@@ -100,15 +100,29 @@ WIDE_ENCODINGS = ("utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be")
 # A run of base64 (either alphabet, padded or not) long enough to encode the shortest secret;
 # it is decoded and the decoded bytes searched as UTF-8 text.
 MIN_BASE64_RUN = -(-4 * MIN_SECRET_LENGTH // 3)
-_BASE64_RUN = re.compile(rb"[A-Za-z0-9+/_-]{%d,}" % MIN_BASE64_RUN)
+_BASE64_ALPHABETS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_"
+# Each base64 character as "A", any other byte as NUL: a run is then found by bytes.find, some
+# ten times faster than a regular expression's character class over text.
+_RUN_MASK = bytes(ord("A") if byte in _BASE64_ALPHABETS else 0 for byte in range(256))
+_RUN_START = b"A" * MIN_BASE64_RUN
 _URL_SAFE = bytes.maketrans(b"-_", b"+/")
+
+
+def _base64_runs(window: bytes) -> Iterator[bytes]:
+    mask = window.translate(_RUN_MASK)
+    start = mask.find(_RUN_START)
+    while start >= 0:
+        end = mask.find(b"\x00", start)
+        end = len(window) if end < 0 else end
+        yield window[start:end]
+        start = mask.find(_RUN_START, end)
 
 
 def _base64_decodings(window: bytes) -> Iterator[bytes]:
     """Each base64 run of the window decoded from each of its first four characters: where the
     encoded text began is not known (a run cut by the window's start, a letter before it)."""
-    for match in _BASE64_RUN.finditer(window):
-        run = match.group().translate(_URL_SAFE)
+    for found in _base64_runs(window):
+        run = found.translate(_URL_SAFE)
         for start in range(4):
             piece = run[start:]
             piece = piece[: len(piece) - (len(piece) % 4 == 1)]  # a lone character is no byte
