@@ -389,3 +389,26 @@ def test_a_key_in_base64_in_json_and_across_a_chunk_boundary_is_found(paths: Run
         ("trials/cell-1/blob.txt", "provider_key"),
         ("trials/cell-1/s.json", "provider_key"),
     ]
+
+
+def test_a_tar_s_members_are_not_counted_as_inflated(
+    paths: RunPaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(containers, "MAX_INFLATED_BYTES", 8 << 20)
+    # 5 MiB inflated from the gzip; the tar's member is those bytes again, not more inflated.
+    data = gzip.compress(tarred(("zeros.bin", b"\x00" * (5 << 20))))
+    (paths.trial("cell-1") / "logs.tar.gz").write_bytes(data)
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert not report.failures and not report.leaks
+
+
+def test_a_secret_in_base64_in_a_name_is_not_shown(paths: RunPaths) -> None:
+    encoded = b64(EARLIER, urlsafe=True, padded=False)
+    with zipfile.ZipFile(paths.trial("cell-1") / "bundle.zip", "w") as archive:
+        archive.writestr(f"cache/{encoded}.json", f"token {EARLIER}")
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    # "cache/" is base64 too, so it goes with the run.
+    assert ("trials/cell-1/bundle.zip", "<base64>.json") in {
+        (leak.file, leak.inside) for leak in report.leaks
+    }
+    assert encoded not in paths.scan.read_text()

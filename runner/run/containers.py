@@ -116,15 +116,17 @@ def read_layers(stream: _Readable, visit: Visit) -> int:
     """Read ``stream`` and every layer inside it to its end, each fed to ``visit``'s feed;
     the bytes of ``stream`` itself. Raises one of ``READ_ERRORS`` when a layer cannot be read
     to its end, naming the layer."""
-    return _read(stream, (), visit, None).size
+    return _read(stream, (), visit, _Budget(), inflated=False).size
 
 
 def _read(
-    stream: _Readable, inside: tuple[str, ...], visit: Visit, budget: _Budget | None
+    stream: _Readable, inside: tuple[str, ...], visit: Visit, budget: _Budget, inflated: bool
 ) -> _Layer:
+    """``inflated``: the layer's bytes are decompressed here (a tar member's are not: they are
+    its tar's bytes again), so they are spent from ``budget``."""
     try:
-        layer = _Layer(stream, visit(inside), budget)
-        _open(layer, inside, visit, budget or _Budget())
+        layer = _Layer(stream, visit(inside), budget if inflated else None)
+        _open(layer, inside, visit, budget)
         while layer.read(CHUNK):  # past what a container's reader read: trailing bytes
             pass
     except Unreadable:
@@ -153,7 +155,7 @@ def _open(layer: _Layer, inside: tuple[str, ...], visit: Visit, budget: _Budget)
         raise Unreadable(f"{_where(inside)}: a container nested deeper than {MAX_DEPTH} levels")
     if magic is not None:
         with _STREAMS[magic](layer) as inner:
-            _read(inner, (*inside, magic.hex()), visit, budget)
+            _read(inner, (*inside, magic.hex()), visit, budget, inflated=True)
     elif is_zip:
         _zip_members(layer, inside, visit, budget)
     else:
@@ -161,7 +163,7 @@ def _open(layer: _Layer, inside: tuple[str, ...], visit: Visit, budget: _Budget)
             for member in tar:
                 stream = tar.extractfile(member) if member.isfile() else None
                 if stream is not None:  # links and devices hold no bytes of their own
-                    _read(stream, (*inside, member.name), visit, budget)
+                    _read(stream, (*inside, member.name), visit, budget, inflated=False)
 
 
 def _zip_members(layer: _Layer, inside: tuple[str, ...], visit: Visit, budget: _Budget) -> None:
@@ -178,4 +180,4 @@ def _zip_members(layer: _Layer, inside: tuple[str, ...], visit: Visit, budget: _
                 except (RuntimeError, NotImplementedError) as error:  # encrypted, odd method
                     raise Unreadable(f"{_where((*inside, member.filename))}: {error}") from error
                 with stream:
-                    _read(stream, (*inside, member.filename), visit, budget)
+                    _read(stream, (*inside, member.filename), visit, budget, inflated=True)

@@ -118,15 +118,14 @@ def _base64_runs(window: bytes) -> Iterator[bytes]:
         start = mask.find(_RUN_START, end)
 
 
-def _base64_decodings(window: bytes) -> Iterator[bytes]:
-    """Each base64 run of the window decoded from each of its first four characters: where the
-    encoded text began is not known (a run cut by the window's start, a letter before it)."""
-    for found in _base64_runs(window):
-        run = found.translate(_URL_SAFE)
-        for start in range(4):
-            piece = run[start:]
-            piece = piece[: len(piece) - (len(piece) % 4 == 1)]  # a lone character is no byte
-            yield binascii.a2b_base64(piece + b"=" * (-len(piece) % 4))
+def _decodings(run: bytes) -> Iterator[bytes]:
+    """A base64 run decoded from each of its first four characters: where the encoded text
+    began is not known (a run cut by the window's start, a letter before it)."""
+    run = run.translate(_URL_SAFE)
+    for start in range(4):
+        piece = run[start:]
+        piece = piece[: len(piece) - (len(piece) % 4 == 1)]  # a lone character is no byte
+        yield binascii.a2b_base64(piece + b"=" * (-len(piece) % 4))
 
 
 class Searcher:
@@ -168,8 +167,9 @@ class Searcher:
             found |= {kind for needle, kind in self.wide_needles if needle in window}
             for shape in self.wide_shapes:
                 found |= self._bearers(shape, window)
-        for decoded in _base64_decodings(window):
-            found |= self._utf8(decoded)
+        for run in _base64_runs(window):
+            for decoded in _decodings(run):
+                found |= self._utf8(decoded)
         return found
 
     def _utf8(self, data: bytes) -> set[Found]:
@@ -195,6 +195,9 @@ class Searcher:
         for needle, kind in self.needles:
             raw = raw.replace(needle, f"<{kind}>".encode())
         raw = BEARER_SHAPE.sub(b"<bearer>", raw)
+        for run in _base64_runs(raw):  # a secret base64-encoded is shown no more than itself
+            if any(self._utf8(decoded) for decoded in _decodings(run)):
+                raw = raw.replace(run, b"<base64>")
         return raw.decode(errors="surrogateescape"), kinds
 
 
