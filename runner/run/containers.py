@@ -147,10 +147,10 @@ def _open(layer: _Layer, inside: tuple[str, ...], visit: Visit, budget: _Budget)
     is_zip = head.startswith(_ZIP)
     is_tar = head[_TAR[0] : _TAR[0] + len(_TAR[1])] == _TAR[1]
     unopenable = next((name for magic, name in _UNOPENABLE.items() if head.startswith(magic)), None)
-    if magic is None and not is_zip and not is_tar and unopenable is None:
-        return
     if unopenable is not None:
         raise Unreadable(f"{_where(inside)}: a {unopenable} container, which the scan cannot open")
+    if magic is None and not is_zip and not is_tar:
+        return
     if len(inside) >= MAX_DEPTH:
         raise Unreadable(f"{_where(inside)}: a container nested deeper than {MAX_DEPTH} levels")
     if magic is not None:
@@ -162,7 +162,7 @@ def _open(layer: _Layer, inside: tuple[str, ...], visit: Visit, budget: _Budget)
         with tarfile.open(fileobj=layer, mode="r|") as tar:
             for member in tar:
                 stream = tar.extractfile(member) if member.isfile() else None
-                if stream is not None:  # links and devices hold no bytes of their own
+                if stream is not None:  # a link, a directory, a device: no bytes of its own
                     _read(stream, (*inside, member.name), visit, budget, inflated=False)
 
 
