@@ -15,11 +15,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from runner.core.files import read_model
+from runner.core.canonical import sha256_digest
+from runner.core.files import read_model, write_model
 from runner.core.roots import REPO_ROOT
 from runner.freeze.inventory import DiskInventory, inventory_of, take_inventory
 from runner.lab.transport import GuestTransport
 from runner.proxy.bearer import new_bearer
+from runner.records.ledger import AttemptRecord
 from runner.records.paths import RunPaths
 from runner.run.execute import ExecuteOptions, execute
 from runner.run.guest_scan import (
@@ -130,21 +132,25 @@ def test_the_guests_findings_make_the_runs_scan_unclean(tmp_path: Path) -> None:
 @dataclass
 class LeakyLab(FakeLab):
     """A fake lab whose guest disk (a tree under tmp_path) gets a bearer-shaped string written
-    during the second attempt it scans."""
+    during the attempt it scans ``leaky_scan``-th (None: never)."""
 
     root: Path = Path()
     inventory: DiskInventory | None = None
     asked: list[Mapping[SecretKind, tuple[str, ...]]] = field(default_factory=list)
+    leaky_scan: int | None = 2
 
     def scan_disk(
-        self, guest: GuestTransport, secrets_by_kind: Mapping[SecretKind, tuple[str, ...]]
+        self,
+        guest: GuestTransport,
+        secrets_by_kind: Mapping[SecretKind, tuple[str, ...]],
+        own_bearer: str | None = None,
     ) -> DiskFindings:
         self.asked.append(secrets_by_kind)
-        if len(self.asked) == 2:
+        if len(self.asked) == self.leaky_scan:
             (self.root / "tmp").mkdir(exist_ok=True)
             (self.root / "tmp/harbor-env").write_text(f"OPENAI_API_KEY={new_bearer()}\n")
         assert self.inventory is not None
-        return scan_disk(self.root, self.inventory, secrets_by_kind)
+        return scan_disk(self.root, self.inventory, secrets_by_kind, own_bearer)
 
 
 def test_a_secret_on_the_guests_disk_fails_the_run_closed(tmp_path: Path) -> None:
@@ -216,20 +222,95 @@ def test_a_resumed_run_scans_the_disk_its_killed_runner_left_before_resetting(
     assert lab.resets > resets_before
 
 
-def test_a_bearer_in_podmans_exec_records_is_expected_the_real_key_there_is_a_leak(
+EXEC_SPEC = "var/lib/containers/storage/overlay-containers/c0ffee/userdata/e1ec/exec-process-2731"
+
+
+def test_the_cells_own_bearer_in_podmans_exec_records_is_expected_nothing_else_there(
     tmp_path: Path,
 ) -> None:
     """Harbor hands the agent its bearer as a `docker exec` environment, which Podman keeps in
-    its database until the reset: a bearer there is named as expected; a real key is a leak."""
+    its database until the reset, and in the spec of an exec still in flight: the cell's own
+    bearer there is named as expected; another cell's bearer or a real key there is a leak."""
     root = tmp_path / "disk"
     root.mkdir()
     inventory = frozen_disk(root)
+    own, other = new_bearer(), new_bearer()
     storage = root / "var/lib/containers/storage"
-    storage.mkdir(parents=True)
-    (storage / "db.sql").write_text(f"BENCH_PROXY_BEARER={new_bearer()}\n")
-    (storage / "db.sql-wal").write_text(f"OPENAI_API_KEY={KEY}\n")
-    findings = scan_disk(root, inventory, {"provider_key": (KEY,), "bearer": ()})
-    assert findings.expected_bearers == ("guest:/var/lib/containers/storage/db.sql",)
-    assert findings.leaks == (
-        Leak(file="guest:/var/lib/containers/storage/db.sql-wal", kind="provider_key"),
+    (root / EXEC_SPEC).parent.mkdir(parents=True)
+    (storage / "db.sql").write_text(f"BENCH_PROXY_BEARER={own}\n")
+    (root / EXEC_SPEC).write_text(json.dumps({"env": [f"BENCH_PROXY_BEARER={own}"]}))
+    (storage / "db.sql-wal").write_text(f"OPENAI_API_KEY={KEY} BENCH_PROXY_BEARER={other}\n")
+    (root / EXEC_SPEC).with_name("exec-process-9").write_text(f"B={other}")
+    (root / "root").mkdir()
+    (root / "root/.bash_history").write_text(f"echo {own}\n")
+
+    findings = scan_disk(root, inventory, {"provider_key": (KEY,), "bearer": ()}, digest(own))
+
+    assert sorted(findings.expected_bearers) == [
+        "guest:/var/lib/containers/storage/db.sql",
+        f"guest:/{EXEC_SPEC}",
+    ]
+    assert sorted((leak.file, leak.kind) for leak in findings.leaks) == [
+        ("guest:/root/.bash_history", "bearer"),
+        ("guest:/var/lib/containers/storage/db.sql-wal", "bearer"),
+        ("guest:/var/lib/containers/storage/db.sql-wal", "provider_key"),
+        (f"guest:/{EXEC_SPEC[:-4]}9", "bearer"),
+    ]
+    # Without the cell's own bearer known, none is expected.
+    unknown = scan_disk(root, inventory, {"provider_key": (KEY,), "bearer": ()})
+    assert unknown.expected_bearers == () and len(unknown.leaks) == 6
+
+
+@dataclass
+class ExecLab(LeakyLab):
+    """A fake lab whose reset clears Podman's records, as the real one does."""
+
+    def reset(self, guest: GuestTransport | None = None) -> object:
+        shutil.rmtree(self.root / "var/lib/containers", ignore_errors=True)  # as a reset does
+        return super().reset(guest)
+
+
+def test_a_resumed_run_expects_the_killed_attempts_own_bearer_in_podmans_records(
+    tmp_path: Path,
+) -> None:
+    """The kill/resume case of #24: the attempt in flight left its bearer in Podman's spec of
+    its exec; the run that resumes knows that bearer by the digest in the attempt's record, so
+    the receipt is completed, not failed_closed."""
+    root = tmp_path / "disk"
+    root.mkdir()
+    lab = ExecLab(
+        FakeTransport(trials=trial_tree(tmp_path / "t", "pass")),
+        root=root,
+        inventory=frozen_disk(root),
+        leaky_scan=None,
     )
+    run_dir = tmp_path / "run"
+    options = ExecuteOptions(REPO_ROOT / "locks" / "demo.toml", run_dir, "fake")
+    execute(options, Console(file=io.StringIO()), lab)
+    paths = RunPaths(run_dir)
+    records = [read_model(path, AttemptRecord) for path in paths.attempts_dir.glob("*/attempt-*")]
+    assert records and all(record.bearer_sha256 for record in records)
+    # As a SIGKILL in the last attempt leaves it (see the test above), with that attempt's
+    # bearer in Podman's records. Its digest stands for the killed runner's bearer.
+    last = max(paths.guest_scans, key=lambda path: path.stat().st_mtime)
+    scan = read_model(last, GuestScan)
+    last.unlink()
+    shutil.rmtree(paths.trials_dir / scan.cell)
+    lines = paths.ledger.read_text().splitlines(keepends=True)
+    paths.ledger.write_text("".join(lines[:-1]))
+    killed = new_bearer()
+    record_path = paths.attempt(scan.cell, scan.attempt)
+    record = read_model(record_path, AttemptRecord)
+    write_model(record_path, record.model_copy(update={"bearer_sha256": digest(killed)}))
+    (root / EXEC_SPEC).parent.mkdir(parents=True)
+    (root / EXEC_SPEC).write_text(json.dumps({"env": [f"BENCH_PROXY_BEARER={killed}"]}))
+
+    receipt = execute(options, Console(file=io.StringIO()), lab)
+
+    again = read_model(paths.guest_scan(scan.cell, scan.attempt), GuestScan)
+    assert again.leaks == () and again.expected_bearers == (f"guest:/{EXEC_SPEC}",)
+    assert receipt.status == "completed"
+
+
+def digest(bearer: str) -> str:
+    return sha256_digest(bearer.encode())

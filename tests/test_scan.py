@@ -3,10 +3,14 @@ bearers no process handed over (issued before a kill), found by their shape."""
 
 from __future__ import annotations
 
+import base64
 import bz2
 import gzip
+import io
 import json
 import lzma
+import tarfile
+import tracemalloc
 import zipfile
 from pathlib import Path
 
@@ -17,7 +21,9 @@ from runner.core.errors import RunnerError
 from runner.core.files import read_model
 from runner.proxy.bearer import BEARER_LENGTH, BEARER_PREFIX, BEARER_SHAPE, new_bearer
 from runner.records.paths import RunPaths
-from runner.run.scan import CHUNK, ScanReport, new_canary, scan_run
+from runner.run import containers
+from runner.run.containers import CHUNK, MAX_DEPTH
+from runner.run.scan import ScanReport, new_canary, scan_run
 
 KEY = "sk-real-provider-key-7f3a9c2e"
 BEARER = "bearer-of-cell-1-AbCdEfGhIjKl"
@@ -161,7 +167,6 @@ def body(length: int) -> str:
 LOOK_ALIKES = {
     "one character short": BEARER_PREFIX + body(BEARER_LENGTH - len(BEARER_PREFIX) - 1) + "\n",
     "one character short at the end": BEARER_PREFIX + body(BEARER_LENGTH - len(BEARER_PREFIX) - 1),
-    "too long": BEARER_PREFIX + body(60) + "\n",
     "no prefix": body(BEARER_LENGTH) + "\n",
 }
 
@@ -173,12 +178,29 @@ def test_a_look_alike_is_not_a_bearer(paths: RunPaths, text: str) -> None:
     assert report.clean and not report.leaks
 
 
-def test_a_longer_look_alike_cut_by_a_chunk_boundary_is_not_a_bearer(paths: RunPaths) -> None:
-    # The first chunk ends right after a full bearer shape; the next character makes it longer.
-    data = b" " * (CHUNK - BEARER_LENGTH) + EARLIER.encode() + b"Z\n"
+FOLLOWED = {
+    "by letters": EARLIER + "Zq\n",
+    "by digits": EARLIER + "2026",
+    "by an underscore and a word": EARLIER + "_cell_1",
+    "by a dash": EARLIER + "-x",
+}
+
+
+@pytest.mark.parametrize("text", FOLLOWED.values(), ids=FOLLOWED)
+def test_a_bearer_is_found_whatever_follows_it(paths: RunPaths, text: str) -> None:
+    (paths.trial("cell-1") / "agent.log").write_text("BENCH_PROXY_BEARER=" + text)
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert [(leak.file, leak.kind) for leak in report.leaks] == [
+        ("trials/cell-1/agent.log", "bearer")
+    ]
+
+
+def test_a_bearer_followed_by_letters_across_a_chunk_boundary_is_found(paths: RunPaths) -> None:
+    # The first chunk ends right after the bearer; the next one goes on with letters.
+    data = b" " * (CHUNK - BEARER_LENGTH) + EARLIER.encode() + b"Zq\n"
     (paths.trial("cell-1") / "big.bin").write_bytes(data)
     report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
-    assert report.clean and not report.leaks
+    assert [leak.file for leak in report.leaks] == ["trials/cell-1/big.bin"]
 
 
 def test_a_secret_in_a_name_is_a_leak_shown_by_its_kind(paths: RunPaths) -> None:
@@ -198,3 +220,195 @@ def test_a_secret_in_a_name_is_a_leak_shown_by_its_kind(paths: RunPaths) -> None
     # A resumed run scans the first scan's report too: it must add nothing.
     again = scan_run(paths, secrets_with())  # type: ignore[arg-type]
     assert {(leak.file, leak.kind, leak.inside) for leak in again.leaks} == expected
+
+
+def tarred(*members: tuple[str, bytes]) -> bytes:
+    packed = io.BytesIO()
+    with tarfile.open(fileobj=packed, mode="w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return packed.getvalue()
+
+
+def zipped(name: str, data: bytes) -> bytes:
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(name, data)
+    return packed.getvalue()
+
+
+SECRET_LINE = f"Authorization: Bearer {EARLIER}\n".encode()
+NESTED = {
+    "gzip in gzip": (gzip.compress(gzip.compress(SECRET_LINE)), "1f8b!1f8b"),
+    "zip in gzip": (gzip.compress(zipped("logs/agent.log", SECRET_LINE)), "1f8b!logs/agent.log"),
+    "tar in gzip": (gzip.compress(tarred(("agent.log", SECRET_LINE))), "1f8b!agent.log"),
+    "gzip in a tar in gzip": (
+        gzip.compress(tarred(("log.gz", gzip.compress(SECRET_LINE)))),
+        "1f8b!log.gz!1f8b",
+    ),
+    "xz in bzip2": (bz2.compress(lzma.compress(SECRET_LINE)), "425a68!fd377a585a00"),
+    "gzip in zip": (zipped("log.gz", gzip.compress(SECRET_LINE)), "log.gz!1f8b"),
+}
+
+
+@pytest.mark.parametrize("data, inside", NESTED.values(), ids=NESTED)
+def test_nested_compression_is_searched_inside(paths: RunPaths, data: bytes, inside: str) -> None:
+    (paths.trial("cell-1") / "packed").write_bytes(data)
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert ("trials/cell-1/packed", "bearer", inside) in {
+        (leak.file, leak.kind, leak.inside) for leak in report.leaks
+    }
+    assert not report.failures
+
+
+def nested_gzip(levels: int) -> bytes:
+    data = SECRET_LINE
+    for _ in range(levels):
+        data = gzip.compress(data)
+    return data
+
+
+UNREADABLE = {
+    "nested beyond the depth": (nested_gzip(MAX_DEPTH + 1), f"deeper than {MAX_DEPTH}"),
+    "a zstd stream": (b"\x28\xb5\x2f\xfd" + b"\x00" * 64, "zstd"),
+    "a zstd stream in gzip": (gzip.compress(b"\x28\xb5\x2f\xfd" + b"\x00" * 64), "zstd"),
+    "a 7z archive": (b"7z\xbc\xaf\x27\x1c" + b"\x00" * 64, "7z"),
+    "a torn gzip in gzip": (gzip.compress(gzip.compress(SECRET_LINE)[:-12]), "1f8b"),
+    "a corrupt zip in gzip": (gzip.compress(zipped("a.log", SECRET_LINE)[:-30]), "zip"),
+}
+
+
+@pytest.mark.parametrize("data, error", UNREADABLE.values(), ids=UNREADABLE)
+def test_a_container_the_scan_cannot_open_is_a_finding(
+    paths: RunPaths, data: bytes, error: str
+) -> None:
+    (paths.trial("cell-1") / "packed").write_bytes(data)
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert [failure.file for failure in report.failures] == ["trials/cell-1/packed"]
+    assert error in report.failures[0].error
+    assert not report.clean
+
+
+def test_the_depth_itself_is_searched(paths: RunPaths) -> None:
+    (paths.trial("cell-1") / "packed").write_bytes(nested_gzip(MAX_DEPTH))
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert [leak.inside for leak in report.leaks] == ["!".join(["1f8b"] * MAX_DEPTH)]
+    assert not report.failures
+
+
+def test_a_decompression_bomb_is_a_finding_at_the_cap(
+    paths: RunPaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(containers, "MAX_INFLATED_BYTES", 8 << 20)
+    # The cap holds for the file as a whole: each layer is under it, together they are not.
+    inner = gzip.compress(b"\x00" * (5 << 20))
+    bomb = gzip.compress(tarred(("a.gz", inner), ("b.gz", inner)))
+    (paths.trial("cell-1") / "bomb.gz").write_bytes(bomb)
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert [failure.file for failure in report.failures] == ["trials/cell-1/bomb.gz"]
+    assert f"more than {8 << 20} bytes inflated" in report.failures[0].error
+
+
+def test_inflating_is_streamed_not_held_in_memory(paths: RunPaths) -> None:
+    # 96 MiB inflated from a gzip and a zip in a tar.gz: streamed, the zip spooled to disk.
+    packed = io.BytesIO()
+    with (
+        zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as archive,
+        archive.open("zeros.bin", "w", force_zip64=True) as member,
+    ):
+        for _ in range(48):
+            member.write(b"\x00" * (1 << 20))
+    zeros = gzip.compress(b"\x00" * (48 << 20))
+    data = gzip.compress(tarred(("a.gz", zeros), ("b.zip", packed.getvalue())))
+    (paths.trial("cell-1") / "big.gz").write_bytes(data)
+    tracemalloc.start()
+    try:
+        report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert not report.failures and not report.leaks
+    assert report.bytes_scanned > len(data)  # the compressed bytes: the file itself and the rest
+    assert peak < 24 << 20
+
+
+TEXT = f"key={KEY}\nAuthorization: Bearer {EARLIER}\n"
+ENCODED = {
+    "UTF-16LE with a BOM": b"\xff\xfe" + TEXT.encode("utf-16-le"),
+    "UTF-16LE without": TEXT.encode("utf-16-le"),
+    "UTF-16BE with a BOM": b"\xfe\xff" + TEXT.encode("utf-16-be"),
+    "UTF-16BE without": TEXT.encode("utf-16-be"),
+    "UTF-32LE with a BOM": b"\xff\xfe\x00\x00" + TEXT.encode("utf-32-le"),
+    "UTF-32BE without": TEXT.encode("utf-32-be"),
+    "UTF-16 among other text": ("Überprüfung " * 99 + TEXT + "Ende").encode("utf-16"),
+}
+
+
+@pytest.mark.parametrize("data", ENCODED.values(), ids=ENCODED)
+def test_text_in_utf16_and_utf32_is_searched(paths: RunPaths, data: bytes) -> None:
+    (paths.trial("cell-1") / "console.txt").write_bytes(data)
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert {leak.kind for leak in report.leaks} == {"provider_key", "bearer"}
+
+
+def b64(text: str, urlsafe: bool = False, padded: bool = True) -> str:
+    encoded = (base64.urlsafe_b64encode if urlsafe else base64.b64encode)(text.encode()).decode()
+    return encoded if padded else encoded.rstrip("=")
+
+
+# The bearer at each of base64's three alignments, in both alphabets, padded or not.
+BASE64 = {
+    f"{alphabet}, {lead} before{'' if padded else ', unpadded'}": b64(
+        "x" * lead + "Authorization: Bearer " + EARLIER, alphabet == "url-safe", padded
+    )
+    for alphabet in ("standard", "url-safe")
+    for lead in (0, 1, 2)
+    for padded in (True, False)
+}
+
+
+@pytest.mark.parametrize("encoded", BASE64.values(), ids=BASE64)
+def test_a_bearer_in_base64_in_a_log_line_is_found(paths: RunPaths, encoded: str) -> None:
+    (paths.trial("cell-1") / "agent.log").write_text(
+        f"2026-12-02T13:00:00Z DEBUG headers={encoded} sent\n"
+    )
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert [(leak.file, leak.kind) for leak in report.leaks] == [
+        ("trials/cell-1/agent.log", "bearer")
+    ]
+
+
+def test_a_key_in_base64_in_json_and_across_a_chunk_boundary_is_found(paths: RunPaths) -> None:
+    (paths.trial("cell-1") / "s.json").write_text(json.dumps({"env": b64(f"K={KEY}")}))
+    blob = b64("y" * (CHUNK // 4 * 3) + KEY).encode()  # one run cut by the chunk's end
+    (paths.trial("cell-1") / "blob.txt").write_bytes(b"data:" + blob)
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert sorted((leak.file, leak.kind) for leak in report.leaks) == [
+        ("trials/cell-1/blob.txt", "provider_key"),
+        ("trials/cell-1/s.json", "provider_key"),
+    ]
+
+
+def test_a_tar_s_members_are_not_counted_as_inflated(
+    paths: RunPaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(containers, "MAX_INFLATED_BYTES", 8 << 20)
+    # 5 MiB inflated from the gzip; the tar's member is those bytes again, not more inflated.
+    data = gzip.compress(tarred(("zeros.bin", b"\x00" * (5 << 20))))
+    (paths.trial("cell-1") / "logs.tar.gz").write_bytes(data)
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    assert not report.failures and not report.leaks
+
+
+def test_a_secret_in_base64_in_a_name_is_not_shown(paths: RunPaths) -> None:
+    encoded = b64(EARLIER, urlsafe=True, padded=False)
+    with zipfile.ZipFile(paths.trial("cell-1") / "bundle.zip", "w") as archive:
+        archive.writestr(f"cache/{encoded}.json", f"token {EARLIER}")
+    report = scan_run(paths, secrets_with())  # type: ignore[arg-type]
+    # "cache/" is base64 too, so it goes with the run.
+    assert ("trials/cell-1/bundle.zip", "<base64>.json") in {
+        (leak.file, leak.inside) for leak in report.leaks
+    }
+    assert encoded not in paths.scan.read_text()

@@ -318,6 +318,7 @@ class CellRunner:
             script = script_for(model.model, self.task_source_dir(attempt.cell.task))
         bearer = self.proxy.open_cell(attempt.cell.id, model, deadline_at, script=script)
         attempt.proxy_open = True
+        Ledger(self.paths).note_bearer(attempt.cell.id, attempt.record.attempt, bearer)
         return bearer
 
     def _close_proxy(self, attempt: _Attempt) -> None:

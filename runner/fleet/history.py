@@ -2,10 +2,10 @@
 them: every message the controller, the workflows and the hosts exchanged, as the server
 stored it.
 
-Temporal stores each payload base64-encoded, where a scan for a key's bytes would never see the
-key. So the kept history has every payload decoded (its ``metadata`` and ``data``: the JSON the
-pydantic converter wrote, as JSON), and that is the form scanned; it is evidence to read, no
-longer a history the server or a replayer would take back.
+Temporal stores each payload base64-encoded. The credential scan decodes base64 runs itself,
+but a reader does not: the kept history has every payload decoded (its ``metadata`` and
+``data``: the JSON the pydantic converter wrote, as JSON), and that is the form scanned; it is
+evidence to read, no longer a history the server or a replayer would take back.
 """
 
 from __future__ import annotations

@@ -17,12 +17,22 @@ _BODY = -(-4 * BEARER_BYTES // 3)  # unpadded base64url characters of BEARER_BYT
 BEARER_LENGTH = len(BEARER_PREFIX) + _BODY
 _BASE64URL = rb"A-Za-z0-9_-"
 
-# No left boundary: a bearer printed at the start of a line sits after "\n" in a JSON string or
-# after an ANSI colour code ("...[32m"), both ending in a base64url character. The right
-# boundary keeps a longer run of such characters (an identifier, say) from counting.
-BEARER_SHAPE = re.compile(
-    re.escape(BEARER_PREFIX.encode()) + rb"[%b]{%d}(?![%b])" % (_BASE64URL, _BODY, _BASE64URL)
-)
+
+# No boundary on either side: a bearer printed at the start of a line sits after "\n" in a JSON
+# string or after an ANSI colour code ("...[32m"), both ending in a base64url character, and one
+# glued to what follows ("fbr_...Zq", "fbr_..._cell_1") is still a bearer. A longer run of such
+# characters after the prefix matches too: reporting a look-alike costs a look, missing a bearer
+# costs the key's secrecy.
+def shape_in(encoding: str) -> re.Pattern[bytes]:
+    """The bearer shape as text in ``encoding``, one that gives every ASCII character one code
+    unit (UTF-8, UTF-16LE/BE, UTF-32LE/BE): a character's bytes are its ASCII byte between
+    fixed NULs."""
+    before, _, after = "A".encode(encoding).partition(b"A")
+    char = re.escape(before) + rb"[%b]" % _BASE64URL + re.escape(after)
+    return re.compile(re.escape(BEARER_PREFIX.encode(encoding)) + rb"(?:%b){%d}" % (char, _BODY))
+
+
+BEARER_SHAPE = shape_in("utf-8")
 
 
 def new_bearer() -> str:

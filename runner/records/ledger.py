@@ -257,6 +257,10 @@ class AttemptRecord(FrozenModel):
     # Optional, so attempt records written before they existed still load.
     failure: Failure | None = None
     failure_class: FailureClass | None = None
+    # The digest of the bearer the proxy issued the attempt (never the bearer): the guest scan
+    # expects that bearer, and only it, in Podman's records of the cell's exec, also when it
+    # is a resumed run scanning the disk of a killed runner, which never knew the bearer.
+    bearer_sha256: Sha256 | None = None
 
 
 def now() -> datetime:
@@ -381,9 +385,15 @@ class Ledger:
     def note_failure(self, cell_id: str, attempt: int, failure: Failure) -> None:
         """Keep the exception that ended the attempt in its record, before anything else can
         fail: the evidence of what went wrong outlives the ledger line."""
+        self._update_attempt(cell_id, attempt, {"failure": failure})
+
+    def note_bearer(self, cell_id: str, attempt: int, bearer: str) -> None:
+        """Keep the digest of the attempt's bearer in its record, before the bearer is used."""
+        self._update_attempt(cell_id, attempt, {"bearer_sha256": sha256_digest(bearer.encode())})
+
+    def _update_attempt(self, cell_id: str, attempt: int, update: dict[str, object]) -> None:
         path = self.paths.attempt(cell_id, attempt)
-        record = read_model(path, AttemptRecord)
-        write_model(path, record.model_copy(update={"failure": failure}))
+        write_model(path, read_model(path, AttemptRecord).model_copy(update=update))
 
     def attempts(self, cell_id: str) -> list[AttemptRecord]:
         directory = self.paths.attempts_dir / cell_id

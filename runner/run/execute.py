@@ -23,7 +23,7 @@ from runner.cache.paths import CachePaths
 from runner.cells.cell import CellRunner, RunAborted
 from runner.core.errors import InputError, RunnerError
 from runner.core.files import read_model, write_atomic, write_model
-from runner.core.models import FrozenModel
+from runner.core.models import FrozenModel, Sha256
 from runner.freeze.inventory import DiskInventory
 from runner.freeze.manifest import FreezeManifest
 from runner.freeze.paths import FreezePaths
@@ -43,6 +43,7 @@ from runner.run.guest_scan import (
     DiskFindings,
     guest_findings,
     last_unscanned_attempt,
+    own_bearer,
     record_guest_scan,
     scan_disk,
     unreadable,
@@ -96,10 +97,14 @@ class Lab(Protocol):
     def audit(self, evidence: Path) -> VerifyReport: ...
 
     def scan_disk(
-        self, guest: GuestTransport, secrets_by_kind: Mapping[SecretKind, tuple[str, ...]]
+        self,
+        guest: GuestTransport,
+        secrets_by_kind: Mapping[SecretKind, tuple[str, ...]],
+        own_bearer: Sha256 | None = None,
     ) -> DiskFindings:
         """The secrets on the guest's disk, in what changed since the freeze (never raises: a
-        disk that could not be read is a failure of the scan, runner.run.guest_scan)."""
+        disk that could not be read is a failure of the scan, runner.run.guest_scan); the
+        digest of the attempt's own bearer, expected in Podman's records of its exec."""
         ...
 
     def tasks(self, run: OpenRun) -> tuple[TaskDerivation, ...]:
@@ -193,11 +198,14 @@ class FrozenLab:
         return audit_lab(self.state, evidence)
 
     def scan_disk(
-        self, guest: GuestTransport, secrets_by_kind: Mapping[SecretKind, tuple[str, ...]]
+        self,
+        guest: GuestTransport,
+        secrets_by_kind: Mapping[SecretKind, tuple[str, ...]],
+        own_bearer: Sha256 | None = None,
     ) -> DiskFindings:
         try:
             with quiesced_disk(guest, Path(running_disk(self.state))) as disk:
-                return scan_disk(disk.root, self.inventory, secrets_by_kind)
+                return scan_disk(disk.root, self.inventory, secrets_by_kind, own_bearer)
         except RunnerError as error:
             return unreadable(error)
 
@@ -328,7 +336,10 @@ def cell_runner(
         mirror_log=mirror_log,
         unjudged=lab.unjudged_tasks(),
         scan_guest=lambda cell, attempt: record_guest_scan(
-            run.paths, cell, attempt, lab.scan_disk(guest, guest_secrets(proxy))
+            run.paths,
+            cell,
+            attempt,
+            lab.scan_disk(guest, guest_secrets(proxy), own_bearer(run.paths, cell, attempt)),
         ),
         on_phase=on_phase,
     )
@@ -343,7 +354,7 @@ def scan_left_behind(run: OpenRun, ledger: Ledger, lab: Lab, keys: dict[str, str
     secrets: dict[SecretKind, tuple[str, ...]] = {"provider_key": tuple(keys.values())}
     try:
         with lab.transport().connect(wait_seconds=GUEST_CONNECT_SECONDS) as guest:
-            findings = lab.scan_disk(guest, secrets)
+            findings = lab.scan_disk(guest, secrets, own_bearer(run.paths, *unscanned))
     except RunnerError as error:
         findings = unreadable(error)
     record_guest_scan(run.paths, *unscanned, findings)

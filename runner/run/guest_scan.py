@@ -15,29 +15,34 @@ is scanned by the run that resumes it, before that run's first reset.
 
 from __future__ import annotations
 
-import fnmatch
 import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from pydantic import Field
 
 from runner.core.files import read_model, write_model
-from runner.core.models import FrozenModel
+from runner.core.models import FrozenModel, Sha256
 from runner.freeze.inventory import DiskInventory, walk
-from runner.records.ledger import Ledger
+from runner.records.ledger import AttemptRecord, Ledger
 from runner.records.paths import RunPaths
 from runner.run.scan import FileScan, Leak, ScanFailure, Searcher, SecretKind
 
 GUEST_PREFIX = "guest:"
-# Where a cell's bearer is on the guest's disk by design: Harbor hands it to the agent as the
-# environment of a `docker exec`, and Podman keeps each exec session's configuration in its
-# database (SQLite, with its journal files) until the reset. A bearer there is recorded as
-# expected, not as a leak; the real key, and a bearer anywhere else, are leaks.
-BEARER_EXPECTED_IN = ("/var/lib/containers/storage/db.sql*",)
+# Where a cell's own bearer is on the guest's disk by design: Harbor hands it to the agent as
+# the environment of a `docker exec`, and Podman keeps each exec session's configuration in its
+# database (SQLite, with its journal files) and, while the exec runs, its spec in a file of the
+# container's userdata (left behind when the runner is killed mid-exec), until the reset.
+# Patterns of whole guest paths, one path component a ``*``. The cell's own bearer there (known
+# by the digest in its attempt's record) is recorded as expected, not as a leak; another bearer
+# there, the real key, and any bearer anywhere else are leaks.
+BEARER_EXPECTED_IN = (
+    "/var/lib/containers/storage/db.sql*",
+    "/var/lib/containers/storage/overlay-containers/*/userdata/*/exec-process-*",
+)
 
 
 class GuestScan(FrozenModel):
@@ -62,9 +67,9 @@ class DiskFindings:
     expected_bearers: tuple[str, ...] = ()
 
 
-def _expected(leak: Leak) -> bool:
-    path = "/" + leak.file
-    return leak.kind == "bearer" and any(fnmatch.fnmatchcase(path, g) for g in BEARER_EXPECTED_IN)
+def bearer_expected(path: PurePosixPath) -> bool:
+    """Whether a guest path is one where the cell's own bearer is by design."""
+    return any(path.match(pattern) for pattern in BEARER_EXPECTED_IN)
 
 
 def changed_files(root: Path, inventory: DiskInventory) -> Iterator[Path]:
@@ -75,28 +80,36 @@ def changed_files(root: Path, inventory: DiskInventory) -> Iterator[Path]:
 
 
 def scan_disk(
-    root: Path, inventory: DiskInventory, secrets_by_kind: Mapping[SecretKind, tuple[str, ...]]
+    root: Path,
+    inventory: DiskInventory,
+    secrets_by_kind: Mapping[SecretKind, tuple[str, ...]],
+    own_bearer: Sha256 | None = None,
 ) -> DiskFindings:
-    """The secrets in the changed files of the guest disk at ``root``, named ``guest:/<path>``."""
+    """The secrets in the changed files of the guest disk at ``root``, named ``guest:/<path>``;
+    ``own_bearer``: the digest of the attempt's own bearer, expected in BEARER_EXPECTED_IN."""
     scan = FileScan(root, Searcher(secrets_by_kind))
+    expecting = Searcher(secrets_by_kind, frozenset({own_bearer} if own_bearer else ()))
     for path in changed_files(root, inventory):
-        scan.file(path)
+        guest_path = PurePosixPath("/", path.relative_to(root))
+        scan.file(path, expecting if bearer_expected(guest_path) else None)
     return DiskFindings(
         files=scan.files,
         bytes=scan.bytes,
         leaks=tuple(
-            leak.model_copy(update={"file": f"{GUEST_PREFIX}/{leak.file}"})
-            for leak in scan.leaks
-            if not _expected(leak)
+            leak.model_copy(update={"file": f"{GUEST_PREFIX}/{leak.file}"}) for leak in scan.leaks
         ),
-        expected_bearers=tuple(
-            f"{GUEST_PREFIX}/{leak.file}" for leak in scan.leaks if _expected(leak)
-        ),
+        expected_bearers=tuple(f"{GUEST_PREFIX}/{file}" for file in scan.own_bearers),
         failures=tuple(
             failure.model_copy(update={"file": f"{GUEST_PREFIX}/{failure.file}"})
             for failure in scan.failures
         ),
     )
+
+
+def own_bearer(paths: RunPaths, cell: str, attempt: int) -> Sha256 | None:
+    """The digest of the bearer the attempt was issued, from its record (None: never issued,
+    or recorded before records kept it)."""
+    return read_model(paths.attempt(cell, attempt), AttemptRecord).bearer_sha256
 
 
 def record_guest_scan(paths: RunPaths, cell: str, attempt: int, findings: DiskFindings) -> None:

@@ -48,7 +48,10 @@ class FakeLab:
         )
 
     def scan_disk(
-        self, guest: GuestTransport, secrets_by_kind: Mapping[SecretKind, tuple[str, ...]]
+        self,
+        guest: GuestTransport,
+        secrets_by_kind: Mapping[SecretKind, tuple[str, ...]],
+        own_bearer: str | None = None,
     ) -> DiskFindings:
         """The fake guest's disk holds nothing: one changed file scanned, clean."""
         return DiskFindings(files=1, bytes=0, leaks=(), failures=())
