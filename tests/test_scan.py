@@ -23,7 +23,7 @@ from runner.proxy.bearer import BEARER_LENGTH, BEARER_PREFIX, BEARER_SHAPE, new_
 from runner.records.paths import RunPaths
 from runner.run import containers
 from runner.run.containers import CHUNK, MAX_DEPTH
-from runner.run.scan import ScanReport, new_canary, scan_run
+from runner.run.scan import ScanReport, new_canary, scan, scan_run
 
 KEY = "sk-real-provider-key-7f3a9c2e"
 BEARER = "bearer-of-cell-1-AbCdEfGhIjKl"
@@ -412,3 +412,18 @@ def test_a_secret_in_base64_in_a_name_is_not_shown(paths: RunPaths) -> None:
         (leak.file, leak.inside) for leak in report.leaks
     }
     assert encoded not in paths.scan.read_text()
+
+
+@pytest.mark.parametrize(
+    "head",
+    [b"\x1f\x8b" + bytes(range(2, 40)), b"\x1f\x8b\x08\xff" + bytes(60), b"BZh9" + bytes(60),
+     b"\x1f\x9d\x90" + bytes(60)],
+    ids=["gzip-magic-only", "gzip-reserved-flags", "bzip2-no-block", "compress-magic"],
+)  # fmt: skip
+def test_a_binary_that_only_starts_like_a_container_is_searched_as_bytes(
+    tmp_path: Path, head: bytes
+) -> None:
+    """On a guest disk of many binaries, a short magic by chance is no corrupt container."""
+    (tmp_path / "blob.bin").write_bytes(head + b"no secret in here\n")
+    report = scan([tmp_path], {}, base=tmp_path)
+    assert (report.failures, report.leaks, report.files_scanned) == ((), (), 1)
