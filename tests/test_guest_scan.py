@@ -153,14 +153,32 @@ class LeakyLab(FakeLab):
         return scan_disk(self.root, self.inventory, secrets_by_kind, own_bearer)
 
 
-def test_a_secret_on_the_guests_disk_fails_the_run_closed(tmp_path: Path) -> None:
+def disk_lab(tmp_path: Path, kind: type[LeakyLab] = LeakyLab, **fields: object) -> LeakyLab:
+    """A fake lab of ``kind`` whose guest disk is an empty frozen tree under ``tmp_path``."""
     root = tmp_path / "disk"
     root.mkdir()
-    lab = LeakyLab(
+    return kind(
         FakeTransport(trials=trial_tree(tmp_path / "t", "pass")),
         root=root,
         inventory=frozen_disk(root),
+        **fields,  # type: ignore[arg-type]
     )
+
+
+def killed_in_the_last_attempt(paths: RunPaths) -> GuestScan:
+    """The run's files as a SIGKILL in its last attempt leaves them: started, never scanned, no
+    ledger line, no trial copied back; the scan that is now missing."""
+    last = max(paths.guest_scans, key=lambda path: path.stat().st_mtime)
+    scan = read_model(last, GuestScan)
+    last.unlink()
+    shutil.rmtree(paths.trials_dir / scan.cell)
+    lines = paths.ledger.read_text().splitlines(keepends=True)
+    paths.ledger.write_text("".join(lines[:-1]))
+    return scan
+
+
+def test_a_secret_on_the_guests_disk_fails_the_run_closed(tmp_path: Path) -> None:
+    lab = disk_lab(tmp_path)
     run_dir = tmp_path / "run"
     receipt = execute(
         ExecuteOptions(REPO_ROOT / "locks" / "demo.toml", run_dir, "fake"),
@@ -192,26 +210,13 @@ def test_a_resumed_run_scans_the_disk_its_killed_runner_left_before_resetting(
     """A runner killed mid-cell never scanned that attempt's disk: the run that resumes it
     scans the guest first (the killed runner's bearers are found by their shape), for that
     attempt, and only then resets."""
-    root = tmp_path / "disk"
-    root.mkdir()
-    lab = LeakyLab(
-        FakeTransport(trials=trial_tree(tmp_path / "t", "pass")),
-        root=root,
-        inventory=frozen_disk(root),
-    )
+    lab = disk_lab(tmp_path)
     run_dir = tmp_path / "run"
     options = ExecuteOptions(REPO_ROOT / "locks" / "demo.toml", run_dir, "fake")
     execute(options, Console(file=io.StringIO()), lab)
     paths = RunPaths(run_dir)
-    # As a SIGKILL in the last attempt leaves it: started, never scanned, no ledger line, no
-    # trial copied back.
-    last = max(paths.guest_scans, key=lambda path: path.stat().st_mtime)
-    scan = read_model(last, GuestScan)
-    last.unlink()
-    shutil.rmtree(paths.trials_dir / scan.cell)
-    lines = paths.ledger.read_text().splitlines(keepends=True)
-    paths.ledger.write_text("".join(lines[:-1]))
-    (root / "tmp/harbor-env").write_text(f"export BENCH_PROXY_BEARER={new_bearer()}\n")
+    scan = killed_in_the_last_attempt(paths)
+    (lab.root / "tmp/harbor-env").write_text(f"export BENCH_PROXY_BEARER={new_bearer()}\n")
     resets_before = lab.resets
 
     execute(options, Console(file=io.StringIO()), lab)
@@ -276,14 +281,8 @@ def test_a_resumed_run_expects_the_killed_attempts_own_bearer_in_podmans_records
     """The kill/resume case of #24: the attempt in flight left its bearer in Podman's spec of
     its exec; the run that resumes knows that bearer by the digest in the attempt's record, so
     the receipt is completed, not failed_closed."""
-    root = tmp_path / "disk"
-    root.mkdir()
-    lab = ExecLab(
-        FakeTransport(trials=trial_tree(tmp_path / "t", "pass")),
-        root=root,
-        inventory=frozen_disk(root),
-        leaky_scan=None,
-    )
+    lab = disk_lab(tmp_path, ExecLab, leaky_scan=None)
+    root = lab.root
     run_dir = tmp_path / "run"
     options = ExecuteOptions(REPO_ROOT / "locks" / "demo.toml", run_dir, "fake")
     execute(options, Console(file=io.StringIO()), lab)
@@ -292,12 +291,7 @@ def test_a_resumed_run_expects_the_killed_attempts_own_bearer_in_podmans_records
     assert records and all(record.bearer_sha256 for record in records)
     # As a SIGKILL in the last attempt leaves it (see the test above), with that attempt's
     # bearer in Podman's records. Its digest stands for the killed runner's bearer.
-    last = max(paths.guest_scans, key=lambda path: path.stat().st_mtime)
-    scan = read_model(last, GuestScan)
-    last.unlink()
-    shutil.rmtree(paths.trials_dir / scan.cell)
-    lines = paths.ledger.read_text().splitlines(keepends=True)
-    paths.ledger.write_text("".join(lines[:-1]))
+    scan = killed_in_the_last_attempt(paths)
     killed = new_bearer()
     record_path = paths.attempt(scan.cell, scan.attempt)
     record = read_model(record_path, AttemptRecord)
