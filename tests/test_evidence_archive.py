@@ -24,7 +24,9 @@ import pytest
 from rich.console import Console
 
 from runner.core.errors import InputError
+from runner.core.files import read_model, write_model
 from runner.core.roots import CACHE_ENV, REPO_ROOT
+from runner.freeze.manifest import OracleScore
 from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
 from runner.run.archive import DEFAULT_SIZE_LIMIT, read_manifest, unpack, write_archive
@@ -32,8 +34,10 @@ from runner.run.check_archive import ArchiveBroken, check_archive, check_signatu
 from runner.run.execute import ExecuteOptions, execute
 from runner.run.report import write_report
 from runner.run.signing import PublicKey
+from runner.verify.report import VerifyReport
 from tests.support.fake_lab import FakeLab
 from tests.support.fake_transport import FakeTransport, trial_tree
+from tests.support.freeze_factory import manifest_of
 from tests.test_failure_class import flaky_setup_guest
 from tests.test_report_cli import runner_cli
 
@@ -585,3 +589,61 @@ def test_a_member_name_cannot_repaint_the_terminal(archive: Path, tmp_path: Path
     assert done.returncode == 1
     assert "\x1b" not in done.stdout and "\r" not in done.stdout
     assert "archive BROKEN: " in done.stdout and "\\x1b[2K\\r" in done.stdout
+
+
+def test_a_verifier_setup_verdict_is_rejudged_from_its_trial_and_mirror_lines(
+    finished_run: Path, tmp_path: Path
+) -> None:
+    """A fail turned indeterminate by a forged cause: the cell's own mirror lines (the run kept
+    none: its lab had no mirror) and its trial show no setup that failed."""
+
+    def forge(paths: RunPaths) -> None:
+        reason = "verifier_setup: the lab's mirror does not have pypi:pytest"
+        edit_line(paths, 4, outcome="indeterminate", reason=reason)
+        write_report(paths.run_dir)
+
+    message = broken(rearchived(finished_run, tmp_path, forge))
+    assert "its trial and mirror log say the verifier set up" in message
+
+
+def kept_freeze(paths: RunPaths, task: str, reward: float) -> None:
+    """The run keeps a freeze manifest whose oracle of ``task`` scored ``reward``, and the final
+    verify audited that manifest (a forger with the key rewrites both consistently)."""
+    collected = {"kernel": "6.12", "packages": {}, "images": [], "listening": []}
+    oracle = (OracleScore(task=task, reward=reward, seconds=1.0),)
+    freeze = manifest_of({}, collected).model_copy(update={"oracle": oracle})
+    write_model(paths.freeze_manifest, freeze)
+    final = read_model(paths.final_verify, VerifyReport)
+    audited = {"freeze_manifest_sha256": freeze.sha256}
+    write_model(paths.final_verify, final.model_copy(update=audited))
+
+
+def test_an_unjudged_verdict_needs_the_kept_freezes_oracle_below_1(
+    finished_run: Path, tmp_path: Path
+) -> None:
+    def forge(reward: float) -> Callable[[RunPaths], None]:
+        def edit(paths: RunPaths) -> None:
+            task = Ledger(paths).lines()[3].task
+            kept_freeze(paths, task, reward)
+            edit_line(paths, 4, outcome="indeterminate", reason=f"unjudged: {task} scored 0")
+            write_report(paths.run_dir)
+
+        return edit
+
+    message = broken(rearchived(finished_run, tmp_path / "judged", forge(1.0)))
+    assert "is unjudged, the freeze manifest's oracle of it scored 1" in message
+    verdict = check_archive(rearchived(finished_run, tmp_path / "unjudged", forge(0.0)), None)
+    assert (verdict.cells, verdict.not_rejudged) == (4, 0)
+
+
+def test_a_kept_freeze_manifest_must_be_the_one_the_final_verify_audited(
+    finished_run: Path, tmp_path: Path
+) -> None:
+    def forge(paths: RunPaths) -> None:
+        kept_freeze(paths, "any-task", 1.0)
+        final = read_model(paths.final_verify, VerifyReport)
+        other = {"freeze_manifest_sha256": "sha256:" + "e" * 64}
+        write_model(paths.final_verify, final.model_copy(update=other))
+        write_report(paths.run_dir)
+
+    assert "freeze.json: its sha256 is sha256:" in broken(rearchived(finished_run, tmp_path, forge))

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from runner.core.canonical import file_digest
 from runner.core.errors import RunnerError
 from runner.core.files import read_model
 from runner.core.roots import REPO_ROOT
+from runner.freeze.manifest import FreezeManifest
 from runner.lab.state import LabState
 from runner.lab.transport import SshTransport
 from runner.proxy.bearer import new_bearer
@@ -27,6 +29,7 @@ from runner.records.paths import RunPaths
 from runner.records.schedule import Schedule
 from runner.spec.lock import load_lock
 from runner.spec.resolution import resolution_path
+from runner.verify.report import VerifyReport
 from tests.support.browser import CI_ARTIFACTS, render
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e]
@@ -127,6 +130,13 @@ def test_demo_lock_killed_mid_run_resumes_to_the_end(frozen_lab: LabState, tmp_p
     assert receipt["status"] == "completed", receipt["reasons"]
     assert receipt["credential_scan"] == "clean"
     assert receipt["final_verify"] == "passed"
+    # The run keeps the freeze it ran from (the one the final verify audited) and the image's
+    # manifest, each digest in the receipt.
+    frozen = receipt["frozen"]
+    kept = read_model(paths.freeze_manifest, FreezeManifest)
+    audited = read_model(paths.final_verify, VerifyReport).freeze_manifest_sha256
+    assert kept.sha256 == frozen["freeze_manifest_sha256"] == audited
+    assert frozen["image_manifest_sha256"] == file_digest(paths.image_manifest)
     assert "OFFLINE SCRIPTED PROVIDER" in paths.report_md.read_text()
     assert "## Refused egress (the guest's firewall, per cell)" in paths.report_md.read_text()
     assert paths.report_png.exists()

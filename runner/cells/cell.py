@@ -37,6 +37,7 @@ from runner.cells.failure_class import Evidence, failure_class, harbor_evidence
 from runner.cells.verifier_setup import verifier_setup_problem
 from runner.core.canonical import file_digest
 from runner.core.errors import RunnerError
+from runner.core.files import write_atomic
 from runner.guest.agent_plan import CONTAINER
 from runner.guest.warm_harbor import WarmRequest, launch_command
 from runner.lab import egress
@@ -338,6 +339,7 @@ class CellRunner:
         outcome, reason, harbor = classify(attempt.trial_root, deadline_passed)
         if self.mirror_log is not None:
             attempt.mirror = read_requests(self.mirror_log, attempt.mirror_offset)[0]
+            self._keep_mirror_requests(attempt.cell.id, attempt.mirror)
         setup_problem = verifier_setup_problem(attempt.trial_root, harbor, attempt.mirror or ())
         if setup_problem is not None and outcome != "pass":
             outcome, reason = "indeterminate", f"{OverruledBy.VERIFIER_SETUP}: {setup_problem}"
@@ -440,7 +442,8 @@ class CellRunner:
         files = (
             [path for path in sorted(trial_root.rglob("*")) if path.is_file()] if trial_root else []
         )
-        files += [path for path in [self.paths.proxy_counts(cell.id)] if path.exists()]
+        own = (self.paths.proxy_counts(cell.id), self.paths.cell_mirror(cell.id))
+        files += [path for path in own if path.exists()]
         for earlier in range(1, attempt):
             kept = self.paths.retried_attempt(cell.id, earlier)
             files += [path for path in [self.paths.attempt(cell.id, earlier)] if path.exists()]
@@ -449,6 +452,12 @@ class CellRunner:
             RetainedFile(path=str(path.relative_to(self.paths.run_dir)), sha256=file_digest(path))
             for path in files
         )
+
+    def _keep_mirror_requests(self, cell_id: str, requests: tuple[MirrorRequest, ...]) -> None:
+        """The attempt's own lines of the mirror log, in the run: the evidence a reviewer
+        re-judges a verifier_setup verdict from (the log itself stays in the lab)."""
+        lines = "".join(request.model_dump_json() + "\n" for request in requests)
+        write_atomic(self.paths.cell_mirror(cell_id), lines.encode())
 
     def task_source_dir(self, task: str) -> Path:
         """The task on the host, where the scripted provider reads its reference solution."""

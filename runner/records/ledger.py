@@ -363,6 +363,7 @@ class Ledger:
         moves = {
             self.paths.trial(line.cell_id): directory / "trial",
             self.paths.proxy_counts(line.cell_id): directory / "proxy.json",
+            self.paths.cell_mirror(line.cell_id): directory / "mirror.jsonl",
         }
         directory.mkdir(parents=True, exist_ok=True)
         for source, target in moves.items():

@@ -5,12 +5,15 @@
     resolution.json       the lock's resolution as it was when the run started (bytes)
     schedule.json         canonical JSON of the schedule; its sha256 is the schedule SHA-256
     tasks.json            the tasks as the lab runs them: upstream and derived trees, changes
+    freeze.json           the lab's freeze manifest (its oracle scores say which tasks it judges)
+    image.json            the manifest of the image the lab was built from (bytes)
     cells.jsonl           the ledger: one validated line per finished cell, append-only
     attempts/<cell>/      attempt-<n>.json per attempt (started, interrupted, retried): evidence
     attempts/<cell>/attempt-<n>/  a retried attempt's trial tree, proxy record and line.json
     attempts/<cell>/guest-scan-<n>.json  the credential scan of the guest's disk after attempt n
     trials/<cell>/        Harbor trial directories copied back from the guest
     proxy/<cell>.json     per-cell physical POST and usage counts (never a key)
+    mirror/<cell>.jsonl   the lab's package mirror's log lines of the cell's attempt
     scan.json             credential scan of every retained root
     verify/               frozen-state audits (final.json + ansible-runner artifacts)
     verify/<host>/        a fleet run's audits of each host's lab: <stage>-<batch>.json
@@ -53,6 +56,14 @@ class RunPaths:
         return self.run_dir / "tasks.json"
 
     @property
+    def freeze_manifest(self) -> Path:
+        return self.run_dir / "freeze.json"
+
+    @property
+    def image_manifest(self) -> Path:
+        return self.run_dir / "image.json"
+
+    @property
     def ledger(self) -> Path:
         return self.run_dir / "cells.jsonl"
 
@@ -89,6 +100,9 @@ class RunPaths:
 
     def proxy_counts(self, cell_id: str) -> Path:
         return self.proxy_dir / f"{cell_id}.json"
+
+    def cell_mirror(self, cell_id: str) -> Path:
+        return self.run_dir / "mirror" / f"{cell_id}.jsonl"
 
     @property
     def scan(self) -> Path:

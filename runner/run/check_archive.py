@@ -14,10 +14,13 @@ The links, checked in this order; the first that does not hold is the verdict:
    (runner.cells.classify);
 8. the receipt, its status included, and the report's tables recompute from the run's files.
 
+A verifier_setup verdict is re-judged from the trial and the cell's own lines of the mirror log
+(mirror/<cell>.jsonl); an unjudged one from the freeze manifest the run kept (freeze.json,
+which must be the one the final verify audited): its oracle of the task must not have scored 1.
+
 Not checked (the archive cannot show them): that the guest ran what the freeze recorded
-(the final verify's report is evidence, not a re-run), a verifier_setup or unjudged verdict's
-cause (the mirror log and the freeze manifest stay in the lab), and secrets other than the
-bearer shape (the real key and the issued bearers never leave the controller).
+(the final verify's report is evidence, not a re-run), and secrets other than the bearer shape
+(the real key and the issued bearers never leave the controller).
 """
 
 from __future__ import annotations
@@ -28,10 +31,13 @@ from pathlib import Path
 
 from runner.cells.cell import OverruledBy
 from runner.cells.classify import DEADLINE_REASON, classify
+from runner.cells.verifier_setup import verifier_setup_problem
 from runner.core.archives import UnsafeArchive
 from runner.core.canonical import file_digest
 from runner.core.errors import InputError, RunnerError
 from runner.core.files import read_model
+from runner.freeze.manifest import FreezeManifest
+from runner.lab.mirror import MirrorRequest
 from runner.records.ledger import Ledger, LedgerChain, LedgerLine, Outcome, chain_seed, check_chain
 from runner.records.paths import RunPaths
 from runner.records.schedule import Schedule
@@ -104,9 +110,10 @@ def _checked(archive: Path, pinned_key: PublicKey | None) -> Verdict:
         lines = Ledger(paths).lines()
         check_schedule(paths, lines, receipt)
         check_artifacts(lines, manifest)
+        freeze = check_freeze_manifest(paths, receipt)
         judged = [line for line in lines if whole_trial(line, manifest)]
         for line in judged:
-            check_outcome(paths, line)
+            check_outcome(paths, line, freeze)
         check_recomputed(paths, receipt, manifest.signed_by)
         return Verdict(
             run=manifest.run,
@@ -116,8 +123,15 @@ def _checked(archive: Path, pinned_key: PublicKey | None) -> Verdict:
             signed_by=public_key,
             pinned=pinned_key is not None,
             digest_only=sum(not entry.kept for entry in manifest.files),
-            not_rejudged=len(lines) - len(judged),
+            not_rejudged=len(lines) - len(judged) + _unjudged_unchecked(judged, freeze),
         )
+
+
+def _unjudged_unchecked(lines: list[LedgerLine], freeze: FreezeManifest | None) -> int:
+    """Unjudged verdicts of a run that kept no freeze manifest (a fleet run, an older run)."""
+    if freeze is not None:
+        return 0
+    return sum(line.reason.startswith(f"{OverruledBy.UNJUDGED}:") for line in lines)
 
 
 def check_scan(archive: Path, tree: Path) -> None:
@@ -249,22 +263,56 @@ def whole_trial(line: LedgerLine, manifest: ArchiveManifest) -> bool:
     return all(entry is not None and entry.kept for entry in entries)
 
 
-def check_outcome(paths: RunPaths, line: LedgerLine) -> None:
+def check_freeze_manifest(paths: RunPaths, receipt: Receipt) -> FreezeManifest | None:
+    """freeze.json, when the run kept one, must be the freeze its final verify audited."""
+    if not paths.freeze_manifest.is_file():
+        return None
+    freeze = read_model(paths.freeze_manifest, FreezeManifest)
+    audited = receipt.frozen.freeze_manifest_sha256 if receipt.frozen else None
+    if audited is not None and freeze.sha256 != audited:
+        raise ArchiveBroken(
+            f"freeze.json: its sha256 is {freeze.sha256}, the final verify audited {audited}"
+        )
+    return freeze
+
+
+def check_outcome(paths: RunPaths, line: LedgerLine, freeze: FreezeManifest | None) -> None:
     deadline = line.reason.startswith(DEADLINE_REASON)
-    expected, why, _ = classify(paths.trial(line.cell_id), deadline)
+    expected, why, harbor = classify(paths.trial(line.cell_id), deadline)
     if line.outcome == expected:
         return
     overruled = next((o for o in _OVERRULED[expected] if line.reason.startswith(f"{o}:")), None)
-    if line.outcome == "indeterminate" and overruled is not None:
-        if overruled == OverruledBy.ENDED_EARLY and not _failure_kept(paths, line):
+    if line.outcome != "indeterminate" or overruled is None:
+        raise ArchiveBroken(
+            f"cells.jsonl: {line.cell_id} says {line.outcome}, its trial says {expected} ({why})"
+        )
+    if overruled == OverruledBy.ENDED_EARLY and not _failure_kept(paths, line):
+        raise ArchiveBroken(
+            f"attempts/{line.cell_id}: the line says it ended early, its attempt record "
+            "keeps no exception"
+        )
+    if overruled == OverruledBy.VERIFIER_SETUP:
+        problem = verifier_setup_problem(paths.trial(line.cell_id), harbor, _requests(paths, line))
+        if line.reason != f"{OverruledBy.VERIFIER_SETUP}: {problem}":
             raise ArchiveBroken(
-                f"attempts/{line.cell_id}: the line says it ended early, its attempt record "
-                "keeps no exception"
+                f"cells.jsonl: {line.cell_id} says {line.reason!r}, its trial and mirror log "
+                f"say {problem or 'the verifier set up'}"
             )
-        return
-    raise ArchiveBroken(
-        f"cells.jsonl: {line.cell_id} says {line.outcome}, its trial says {expected} ({why})"
-    )
+    if overruled == OverruledBy.UNJUDGED and freeze is not None:
+        score = next((score for score in freeze.oracle if score.task == line.task), None)
+        if score is None or score.judges:
+            said = f"scored {score.reward:g}" if score else "did not run"
+            raise ArchiveBroken(
+                f"cells.jsonl: {line.cell_id} says task {line.task} is unjudged, the freeze "
+                f"manifest's oracle of it {said}"
+            )
+
+
+def _requests(paths: RunPaths, line: LedgerLine) -> tuple[MirrorRequest, ...]:
+    path = paths.cell_mirror(line.cell_id)
+    if not path.is_file():
+        return ()
+    return tuple(MirrorRequest.model_validate_json(text) for text in path.read_text().splitlines())
 
 
 def _failure_kept(paths: RunPaths, line: LedgerLine) -> bool:

@@ -115,6 +115,11 @@ class Lab(Protocol):
         """Tasks the lab cannot judge (their oracle did not score 1 at the freeze), and why."""
         ...
 
+    def frozen_manifests(self) -> tuple[FreezeManifest | None, bytes | None]:
+        """The freeze manifest the lab runs from and its image's manifest file (None: none),
+        kept in the run so a reviewer re-judges from them."""
+        ...
+
     def package_mirror(self, resolution_file: Path) -> AbstractContextManager[Path | None]:
         """The lab's package mirror serving the resolution while the block runs; its log
         (None: the lab has no mirror)."""
@@ -176,6 +181,10 @@ class FrozenLab:
             for score in self.manifest.oracle
             if not score.judges
         }
+
+    def frozen_manifests(self) -> tuple[FreezeManifest | None, bytes | None]:
+        image = Path(self.state.image.store_dir) / "manifest.json"
+        return self.manifest, image.read_bytes() if image.is_file() else None
 
     def tasks(self, run: OpenRun) -> tuple[TaskDerivation, ...]:
         """Derived here again from the run's resolution; a freeze that recorded its tasks
@@ -267,6 +276,16 @@ def take_provider_keys(lock: Lock) -> dict[str, str]:
     return keys
 
 
+def keep_frozen_manifests(paths: RunPaths, lab: Lab) -> None:
+    """The lab's freeze and image manifests in the run (written again when it resumes: the lab
+    was checked to be the run's by then)."""
+    freeze, image = lab.frozen_manifests()
+    if freeze is not None:
+        write_model(paths.freeze_manifest, freeze)
+    if image is not None:
+        write_atomic(paths.image_manifest, image)
+
+
 def preflight(
     run: OpenRun, ledger: Ledger, lab: Lab, reset: bool, console: Console
 ) -> tuple[dict[str, str], str]:
@@ -276,6 +295,7 @@ def preflight(
         console.print("the ledger's last line was torn by a kill: kept under attempts/")
     lab.check(run)
     write_model(run.paths.tasks, RunTasks(tasks=lab.tasks(run)))
+    keep_frozen_manifests(run.paths, lab)
     keys = take_provider_keys(run.lock)
     if run.resumed:
         scan_left_behind(run, ledger, lab, keys)

@@ -1,9 +1,8 @@
 """The frozen identities a run directory records, as digests for the receipt to carry.
 
 Every one is recomputed from the run's own files, so a reviewer holding the archive recomputes
-the same. The image's sha256 is not among them: the run directory does not record the image
-(the freeze manifest does, in the lab's cache); the freeze manifest's sha256, as the final
-verify audited it, stands for it.
+the same: the image's manifest (image.json) by its bytes, the freeze manifest (freeze.json) by
+the sha256 the final verify audited, which check-archive checks freeze.json against.
 """
 
 from __future__ import annotations
@@ -36,4 +35,5 @@ def frozen_digests(paths: RunPaths) -> FrozenDigests:
         freeze_manifest_sha256=final.freeze_manifest_sha256 if final else None,
         scan_sha256=_digest(paths.scan),
         final_verify_sha256=_digest(paths.final_verify),
+        image_manifest_sha256=_digest(paths.image_manifest),
     )

@@ -140,6 +140,11 @@ class FrozenDigests(FrozenModel):
     freeze_manifest_sha256: str | None = Field(description="the freeze the final verify audited")
     scan_sha256: Sha256 | None
     final_verify_sha256: Sha256 | None
+    image_manifest_sha256: Sha256 | None = Field(
+        default=None, description="image.json's bytes: the image the lab was built from"
+    )
+
+    LATE_FIELDS = frozenset({"image_manifest_sha256"})
 
 
 class PlacementReceipt(FrozenModel):

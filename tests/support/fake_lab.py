@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from runner.freeze.manifest import FreezeManifest
 from runner.lab.transport import GuestTransport
 from runner.run.execute import run_task_derivations
 from runner.run.guest_scan import DiskFindings
@@ -26,6 +27,7 @@ class FakeLab:
     guest: FakeTransport
     proxy_port: int = 0  # any free loopback port
     resets: int = 0
+    freeze: FreezeManifest | None = None  # a freeze manifest to keep in the run (none: none)
 
     def check(self, run: OpenRun) -> None:
         """The fake lab was provisioned and frozen for any lock."""
@@ -58,6 +60,9 @@ class FakeLab:
 
     def unjudged_tasks(self) -> dict[str, str]:
         return {}
+
+    def frozen_manifests(self) -> tuple[FreezeManifest | None, bytes | None]:
+        return self.freeze, None
 
     def tasks(self, run: OpenRun) -> tuple[TaskDerivation, ...]:
         return run_task_derivations(run)
