@@ -128,11 +128,11 @@ def test_a_killed_host_s_batch_finishes_on_the_other_and_counts_every_cell_once(
     hosts.start("b")
     run_dir = tmp_path / "run"
     first = controller(hosts, run_dir, str(LOCK))
-    hosts.wait_for_mark("a-1")  # host a is inside its first cell's Harbor
-    second = controller(hosts, run_dir)
+    hosts.wait_for_mark("a-1")  # host a is inside its first cell's Harbor (a 3 s sleep)
+    hosts.kill("a")  # at once: a second controller takes longer than that cell to start
+    second = controller(hosts, run_dir)  # the first one waits out a's heartbeat meanwhile
     code, said = finished(second, 60)
     assert code == 2 and "another controller is executing this run" in said, said
-    hosts.kill("a")
     code, said = finished(first)
     assert code == 0, said
 
