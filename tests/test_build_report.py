@@ -68,6 +68,25 @@ def test_without_a_known_cause_the_failed_steps_last_line_then_podmans() -> None
     assert failure_line("", 3) == "no output (exit status 3)"
 
 
+DPKG_SCRIPT = """Setting up screen (4.9.1-3) ...
+/var/lib/dpkg/info/screen.postinst: 4: .: cannot open /usr/share/debconf/confmodule: No such file
+dpkg: error processing package screen (--configure):
+ installed screen package post-installation script subprocess returned error exit status 2
+Errors were encountered while processing:
+ screen
+E: Sub-process /usr/bin/dpkg returned an error code (1)
+Error: building at STEP "RUN apt-get install -y screen": while running runtime: exit status 100
+"""
+
+
+def test_a_failed_maintainer_script_is_named_by_its_own_words_not_apts() -> None:
+    """As the lab's local substitute made screen's postinst fail (seen in the vmtest guest)."""
+    assert failure_line(DPKG_SCRIPT, 100) == (
+        "/var/lib/dpkg/info/screen.postinst: 4: .: cannot open /usr/share/debconf/confmodule: "
+        "No such file"
+    )
+
+
 def test_a_build_past_its_timeout_says_so_with_the_tasks_limit() -> None:
     line = failure_line(APT_MISS, TIMED_OUT, 600.0)
     assert line == "stopped: ran past task.toml's build_timeout_sec (600 s)"

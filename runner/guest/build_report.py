@@ -52,6 +52,8 @@ def failure_line(log: str, status: int | None, timeout_seconds: float | None = N
         limit = f" ({timeout_seconds:g} s)" if timeout_seconds else ""
         return f"stopped: ran past task.toml's build_timeout_sec{limit}"
     text = _ANSI.sub("", log)
+    if dpkg := _dpkg_script_error(text):
+        return dpkg[:300]
     for cause in _CAUSES:
         if found := cause.search(text):
             return found.group(0).strip()[:300]
@@ -64,6 +66,16 @@ def failure_line(log: str, status: int | None, timeout_seconds: float | None = N
         own = [line for line in lines[:failed_at] if not line.startswith(_PODMAN_OWN)]
         return (own[-1] if own else lines[failed_at])[:300]
     return lines[-1][:300] if lines else f"no output (exit status {status})"
+
+
+def _dpkg_script_error(text: str) -> str | None:
+    """A package's maintainer script that failed: its own last words, the line before dpkg's
+    "error processing package" (apt then only says dpkg returned an error code)."""
+    lines = text.splitlines()
+    for at, line in enumerate(lines):
+        if line.startswith("dpkg: error processing package") and at > 0:
+            return lines[at - 1].strip() or line.strip()
+    return None
 
 
 def missing_packages(log: str) -> tuple[str, ...]:
