@@ -46,6 +46,7 @@ class FinishedChannel(ChattyChannel):
     def __init__(self) -> None:
         super().__init__()
         self.stdout = [b"last words"]
+        self.eof_received = True
 
     def recv_ready(self) -> bool:
         return bool(self.stdout)
@@ -72,6 +73,29 @@ def test_a_command_that_keeps_printing_still_times_out():
 
 def test_output_buffered_at_exit_is_kept():
     assert read_channel(FinishedChannel(), timeout=0.2) == (7, b"last words", b"")
+
+
+class LateChannel(FinishedChannel):
+    """As OpenSSH does: the exit status first, the rest of the output after, then EOF."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arriving = [b"}", b"b" * 4096, b"a" * 8192]
+        self.stdout = []
+        self.eof_received = False
+        self.polls = 0
+
+    def recv_ready(self) -> bool:
+        self.polls += 1
+        if self.arriving and self.polls % 3 == 0:  # a piece arrives every third look
+            self.stdout.append(self.arriving.pop())
+        self.eof_received = not self.arriving and not self.stdout
+        return bool(self.stdout)
+
+
+def test_output_that_arrives_after_the_exit_status_is_read_to_its_end():
+    code, stdout, _ = read_channel(LateChannel(), timeout=5)
+    assert (code, len(stdout), stdout[-1:]) == (7, 8192 + 4096 + 1, b"}")
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,8 @@ from runner.core.errors import RunnerError
 CONNECTION_ERRORS = (OSError, socket.timeout, paramiko.SSHException, EOFError)
 _CHUNK = 1 << 20
 _IDLE_SECONDS = 0.02
+# After a command's exit status: how long its output may take to reach its end (EOF).
+_DRAIN_SECONDS = 10.0
 
 
 class ExecResult(BaseModel):
@@ -140,11 +142,21 @@ def read_channel(
             stderr += channel.recv_stderr(_CHUNK)
         else:
             time.sleep(_IDLE_SECONDS)
-    # The command ended; what it printed last may still be buffered.
-    while channel.recv_ready():
-        stdout += channel.recv(_CHUNK)
-    while channel.recv_stderr_ready():
-        stderr += channel.recv_stderr(_CHUNK)
+    # The command ended, but OpenSSH sends its exit status as soon as it exits and drains its
+    # pipes after: the rest of its output may still be on the way (a listing of the guest's
+    # firewall was cut at 8,192 bytes so). Read on until the channel's EOF, or for a bounded
+    # time should something the command started keep its output open.
+    drained_by = clock() + _DRAIN_SECONDS
+    while True:
+        if channel.recv_ready():
+            stdout += channel.recv(_CHUNK)
+        elif channel.recv_stderr_ready():
+            stderr += channel.recv_stderr(_CHUNK)
+        # Channel.eof_received: paramiko sets it on the peer's EOF; its type stubs omit it.
+        elif channel.eof_received or clock() > drained_by:  # type: ignore[attr-defined]
+            break
+        else:
+            time.sleep(_IDLE_SECONDS)
     return channel.recv_exit_status(), bytes(stdout), bytes(stderr)
 
 
