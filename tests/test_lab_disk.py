@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from runner.lab import disk as lab_disk
 from runner.lab.disk import mounted_disk
 
 CONTENT = b"written before the qcow2 was made\n"
@@ -68,3 +70,20 @@ def test_an_export_whose_daemon_died_is_unmounted_and_its_scratch_removed(layer:
     assert not scratch.exists()
     assert str(scratch) not in Path("/proc/self/mountinfo").read_text()
     assert not loop_devices_of(scratch)
+
+
+def test_a_freed_loop_device_bound_again_by_another_reader_is_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two labs read their disks at once: the device this read freed may already back the other
+    lab's export (the e2e's failure: 30 s waited on a device that was no longer ours)."""
+    backing = tmp_path / "backing_file"
+    monkeypatch.setattr(lab_disk, "_backing_file", lambda device: backing)
+    monkeypatch.setattr(lab_disk, "_RELEASE_SECONDS", 0.3)
+    backing.write_text("/tmp/lab-disk-other/disk.raw\n")
+    started = time.monotonic()
+    lab_disk._wait_until_released("/dev/loop0", Path("/tmp/lab-disk-mine/disk.raw"))
+    assert time.monotonic() - started < 0.1
+    backing.write_text("/tmp/lab-disk-mine/disk.raw\n")  # still ours: waited, bounded, no error
+    lab_disk._wait_until_released("/dev/loop0", Path("/tmp/lab-disk-mine/disk.raw"))
+    assert time.monotonic() - started >= 0.3

@@ -257,13 +257,21 @@ def _backing_file(device: str) -> Path:
     return Path("/sys/block") / Path(device).name / "loop" / "backing_file"
 
 
-def _wait_until_released(device: str) -> None:
+def _still_backed_by(device: str, image: Path) -> bool:
+    """Whether ``device`` is still bound to ``image`` (another process may have bound the freed
+    device to its own file by now: that is no longer ours to wait for)."""
+    try:
+        return _backing_file(device).read_text().strip() == str(image)
+    except OSError:
+        return False
+
+
+def _wait_until_released(device: str, image: Path) -> None:
     """The kernel may let go of a detached loop device's backing file after ``losetup`` has
-    returned; until it has, the FUSE export under it is busy and cannot be unmounted."""
+    returned; until it has, the FUSE export under it is busy. Waited for a bounded time only:
+    an export still held then is unmounted lazily once its daemon is gone (``_exported``)."""
     deadline = time.monotonic() + _RELEASE_SECONDS
-    while _backing_file(device).exists():
-        if time.monotonic() > deadline:
-            raise DiskError(f"{device} still holds the lab disk's export after detaching")
+    while _still_backed_by(device, image) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
@@ -274,7 +282,7 @@ def _loop_device(image: Path) -> Iterator[str]:
         yield device
     finally:
         _run("losetup", "--detach", device)
-        _wait_until_released(device)
+        _wait_until_released(device, image)
 
 
 def _require_clean(device: str) -> None:
