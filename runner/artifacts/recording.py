@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import json
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -129,11 +130,10 @@ class RecordingUpstream:
         self._lock = threading.Lock()
 
     def packages_index(self, frozen: bytes) -> bytes:
-        return (
-            frozen.rstrip(b"\n") + b"\n\n" + self.upstream_packages
-            if frozen
-            else (self.upstream_packages)
-        )
+        """The frozen set's stanzas first, a blank line between (apt's stanza separator)."""
+        if not frozen:
+            return self.upstream_packages
+        return frozen.rstrip(b"\n") + b"\n\n" + self.upstream_packages
 
     def project_page(self, name: str) -> bytes | None:
         files = _project_files(self.python_index, name)
@@ -201,7 +201,8 @@ def read_record(path: Path) -> tuple[tuple[PinnedArtifact, ...], tuple[RecordedF
     """The artifacts a recording served, and the fetches that failed."""
     served, failed = [], []
     for line in path.read_text().splitlines() if path.is_file() else ():
-        if '"kind"' in line:
+        # An artifact line has its kind; a failure line has only url and error.
+        if "kind" in json.loads(line):
             served.append(PinnedArtifact.model_validate_json(line))
         else:
             failed.append(RecordedFailure.model_validate_json(line))
