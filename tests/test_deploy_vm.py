@@ -1,6 +1,7 @@
 """The lab VM on the real hypervisor: deploy, idempotence, teardown (also of a create killed
-half-way), rebuild. Needs libvirt, QEMU and the image (built on first use); runs its own lab
-"pytest", hypervisor side only (``--limit hypervisors``: the guest's software is tested apart).
+half-way), rebuild. Needs libvirt, QEMU and the image (built on first use); runs this test run's
+lab "<run>-deploy" (tests/support/run_labs.py), hypervisor side only (``--limit hypervisors``:
+the guest's software is tested apart).
 
 The tests run in file order and share the lab; each leaves it as the next expects.
 """
@@ -18,10 +19,11 @@ import pytest
 from runner.core.roots import REPO_ROOT
 from runner.lab.state import LabPaths, guest_machine, libvirt_name, load_lab_state
 from runner.spec.lock import load_lock
+from tests.support.run_labs import lab_for
 
 pytestmark = pytest.mark.vm
 
-LAB = "pytest"
+LAB = lab_for("deploy")
 DOMAIN = libvirt_name(LAB)
 PATHS = LabPaths.for_lab(LAB)
 # pyinfra's results table: every operation counted under "No Change".

@@ -29,8 +29,8 @@ from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
 from runner.spec.lock import load_lock
 from runner.spec.resolution import resolution_path
+from tests.support.runner_cli import RUNNER, execute
 from tests.support.vm_fixtures import TB21_LOCK
-from tests.test_execute_vm import RUNNER, execute
 
 pytestmark = [pytest.mark.vm, pytest.mark.e2e]
 LOCK = REPO_ROOT / TB21_LOCK

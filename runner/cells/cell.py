@@ -242,11 +242,15 @@ class CellRunner:
         self, cell: Cell, ledger: Ledger
     ) -> tuple[LedgerLine, tuple[Exception, Failure] | None]:
         """One attempt's line (not yet in the ledger), and what raised when a phase did."""
+        record = ledger.begin_attempt(cell)
+
+        def entered(phase: str) -> None:
+            ledger.note_phase(cell.id, record.attempt, phase)
+            if self.on_phase is not None:
+                self.on_phase(phase)
+
         attempt = _Attempt(
-            cell,
-            ledger.begin_attempt(cell),
-            timer=PhaseTimer(listener=self.on_phase),
-            retried=ledger.retried(cell.id),
+            cell, record, timer=PhaseTimer(listener=entered), retried=ledger.retried(cell.id)
         )
         if self.mirror_log is not None:
             attempt.mirror_offset = log_end(self.mirror_log)

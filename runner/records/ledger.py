@@ -261,6 +261,9 @@ class AttemptRecord(FrozenModel):
     # expects that bearer, and only it, in Podman's records of the cell's exec, also when it
     # is a resumed run scanning the disk of a killed runner, which never knew the bearer.
     bearer_sha256: Sha256 | None = None
+    # The phase the attempt is in (runner.cells.cell.PhaseTimer), rewritten as each one starts:
+    # what an observer of a running cell waits on (a test's kill inside Harbor, an operator).
+    phase: str | None = None
 
 
 def now() -> datetime:
@@ -391,6 +394,10 @@ class Ledger:
     def note_bearer(self, cell_id: str, attempt: int, bearer: str) -> None:
         """Keep the digest of the attempt's bearer in its record, before the bearer is used."""
         self._update_attempt(cell_id, attempt, {"bearer_sha256": sha256_digest(bearer.encode())})
+
+    def note_phase(self, cell_id: str, attempt: int, phase: str) -> None:
+        """Record that the attempt has entered ``phase``."""
+        self._update_attempt(cell_id, attempt, {"phase": phase})
 
     def _update_attempt(self, cell_id: str, attempt: int, update: dict[str, object]) -> None:
         path = self.paths.attempt(cell_id, attempt)

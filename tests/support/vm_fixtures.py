@@ -1,12 +1,13 @@
 """Session fixtures for tests on the real lab VM (``@pytest.mark.vm``).
 
-``vm_lab``: the lab ``$VM_TEST_LAB`` (default "vmtest"), deployed with deploy.py if it does not
-answer; never torn down here, so later sessions reuse it (``runner teardown --lab vmtest``
-removes it). Deploy's own tests use their lab "pytest" and tear that down: the two never meet.
+The labs are this test run's own (tests/support/run_labs.py): ``<run>-demo`` for the demo lock,
+``<run>-tb21`` for the real Terminal-Bench 2.1 tasks. scripts/test.sh deploys and freezes them
+beside the tiers before them and tears them down when it ends, failed or not.
 
-``frozen_lab``: that lab at a freeze. An earlier freeze is reused when a reset to it works
-(a session that died mid-test left drift behind: the reset removes it); otherwise the lab is
-frozen as it is. The lab is reset again at the end of the session, so it is left frozen.
+``vm_lab``: the demo lab, deployed with deploy.py unless this run deployed it from the same
+inputs. ``frozen_lab``: that lab at a freeze. An earlier freeze is reused when a reset to it
+works (a session that died mid-test left drift behind: the reset removes it); otherwise the lab
+is frozen as it is. The lab is reset again at the end of the session, so it is left frozen.
 
 Import both into a test module, or register this module in tests/conftest.py with
 ``pytest_plugins = ["tests.support.vm_fixtures"]``.
@@ -14,61 +15,40 @@ Import both into a test module, or register this module in tests/conftest.py wit
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator
 
 import pytest
 
 from runner.core.errors import RunnerError
-from runner.core.roots import REPO_ROOT
 from runner.freeze.manifest import default_scope
 from runner.freeze.record import freeze_lab, load_freeze
 from runner.freeze.reset import reset_lab
-from runner.lab.state import LabPaths, LabState, guest_machine, load_lab_state
+from runner.lab.state import LabState
+from tests.support.run_labs import ensure_deployed, lab_for, run_command
 
-VM_TEST_LAB = os.environ.get("VM_TEST_LAB", "vmtest")
+VM_TEST_LAB = lab_for("demo")
 VM_TEST_LOCK = "locks/demo.toml"
 # The real Terminal-Bench 2.1 tasks' lab (tests/test_real_tasks_vm.py): its own VM, its own lock.
-TB21_LAB = os.environ.get("VM_TB21_LAB", "tb21")
+TB21_LAB = lab_for("tb21")
 TB21_LOCK = "locks/tb21.toml"
+# The CI set's smoke lab (tests/test_smoke_vm.py): two cells of one harness.
+SMOKE_LAB = lab_for("smoke")
+SMOKE_LOCK = "locks/smoke.toml"
 
-
-def _answers(paths: LabPaths) -> bool:
-    if not paths.state.exists():
-        return False
-    try:
-        guest_machine(load_lab_state(paths), wait_seconds=120)
-    except RunnerError:
-        return False
-    return True
+# A lab whose deploy failed in this session, with the failure: each test module that imports
+# these fixtures has its own copy of them, and one failed deploy (minutes under TCG) is enough.
+_FAILED_DEPLOYS: dict[str, str] = {}
 
 
 def deployed(lab: str, lock: str) -> LabState:
-    """The lab, deployed for ``lock`` with deploy.py unless it answers already."""
-    paths = LabPaths.for_lab(lab)
-    if not _answers(paths):
-        # As the README's first command does: artifacts into the host cache, then converge.
-        for command in (
-            ["runner", "resolve", lock],
-            ["pyinfra", "-y", "inventory/local.py", "deploy.py"],
-        ):
-            run(command, {"LAB": lab, "LOCK": lock})
-    return load_lab_state(paths)
-
-
-def run(command: list[str], env: dict[str, str] | None = None) -> str:
-    """A command of the project from the repository root; its stdout, asserted to succeed."""
-    result = subprocess.run(
-        command,
-        cwd=REPO_ROOT,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result.stdout
+    """The lab, deployed for ``lock`` unless this run deployed it from the same inputs."""
+    if lab in _FAILED_DEPLOYS:
+        pytest.fail(f"lab {lab}'s deploy failed earlier in this session:\n{_FAILED_DEPLOYS[lab]}")
+    try:
+        return ensure_deployed(lab, lock)
+    except AssertionError as failure:
+        _FAILED_DEPLOYS[lab] = str(failure)
+        raise
 
 
 @pytest.fixture(scope="session")
@@ -86,19 +66,24 @@ def frozen_lab(vm_lab: LabState) -> Iterator[LabState]:
     reset_lab(vm_lab.lab)
 
 
+def frozen_with_lock(lab: str, lock: str) -> Iterator[LabState]:
+    """The lab, deployed and frozen with ``lock`` (every task's oracle run first). A freeze
+    made for this lock's environment (scripts/test.sh makes one in the background) is reused
+    when a reset to it works; otherwise the lab is frozen now. Reset again at the end."""
+    state = deployed(lab, lock)
+    try:
+        manifest, _saved = load_freeze(lab)
+        if manifest.environment_fingerprint != state.environment_fingerprint or not manifest.oracle:
+            raise RunnerError("frozen for another environment, or without the lock")
+        reset_lab(lab)
+    except RunnerError:
+        print(run_command(["runner", "freeze", "--lab", lab, "--lock", lock]))
+    yield state
+    reset_lab(lab)
+
+
 @pytest.fixture(scope="session")
 def tb21_lab() -> Iterator[LabState]:
-    """The real tasks' lab, frozen with its lock (every task's oracle run first, which must
-    score 1 but for a timing-sensitive task under emulation). A freeze made for this lock's
-    environment (scripts/test.sh makes one in the background) is reused when a reset to it
-    works; otherwise the lab is frozen now."""
-    lab = deployed(TB21_LAB, TB21_LOCK)
-    try:
-        manifest, _saved = load_freeze(TB21_LAB)
-        if manifest.environment_fingerprint != lab.environment_fingerprint or not manifest.oracle:
-            raise RunnerError("frozen for another environment, or without the lock")
-        reset_lab(TB21_LAB)
-    except RunnerError:
-        print(run(["runner", "freeze", "--lab", TB21_LAB, "--lock", TB21_LOCK]))
-    yield lab
-    reset_lab(TB21_LAB)
+    """The real tasks' lab (its oracles must score 1 but for a timing-sensitive task under
+    emulation)."""
+    yield from frozen_with_lock(TB21_LAB, TB21_LOCK)
