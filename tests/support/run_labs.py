@@ -107,28 +107,33 @@ def _reusable(lab: str, lock: str) -> bool:
     return deployed_by == expected and _answers(LabPaths.for_lab(lab))
 
 
-def run_command(command: list[str], env: dict[str, str] | None = None) -> str:
-    """A command of the project from the repository root; its stdout, asserted to succeed."""
+def run_command(command: list[str], env: dict[str, str] | None = None, show: bool = False) -> str:
+    """A command of the project from the repository root, asserted to succeed: its stdout, or
+    with ``show`` its output passed through as it comes (a long step's progress in a log)."""
     result = subprocess.run(
         command,
         cwd=REPO_ROOT,
         env={**os.environ, **(env or {})},
-        capture_output=True,
+        capture_output=not show,
         text=True,
         check=False,
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result.stdout
+    tail = "(its output is above)" if show else result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, f"{' '.join(command)}: exit {result.returncode} {tail}"
+    return result.stdout or ""
 
 
-def ensure_deployed(lab: str, lock: str) -> LabState:
+def ensure_deployed(lab: str, lock: str, show: bool = False) -> LabState:
     """The lab, deployed for ``lock`` by this run as the README's first command does (artifacts
     into the host cache, then converge), unless this run deployed it from the same inputs."""
     if not _reusable(lab, lock):
-        run_command(["runner", "teardown", "--lab", lab])
         env = {"LAB": lab, "LOCK": lock}
-        run_command(["runner", "resolve", lock], env)
-        run_command(["pyinfra", "-y", "inventory/local.py", "deploy.py"], env)
+        for command in (
+            ["runner", "teardown", "--lab", lab],
+            ["runner", "resolve", lock],
+            ["pyinfra", "-y", "inventory/local.py", "deploy.py"],
+        ):
+            run_command(command, env, show)
         write_model(
             _deployed_by_path(lab),
             DeployedBy(test_run=test_run(), lock=lock, deploy_sha256=deploy_digest(lock)),
@@ -177,9 +182,12 @@ def main() -> None:
         sys.exit(1 if teardown_run() else 0)
     lab = lab_for(args.role)
     print(f"lab {lab}: deploying for {args.lock}", flush=True)
-    ensure_deployed(lab, args.lock)
-    if args.freeze:
-        print(run_command(["runner", "freeze", "--lab", lab, "--lock", args.lock]), flush=True)
+    try:
+        ensure_deployed(lab, args.lock, show=True)
+        if args.freeze:
+            run_command(["runner", "freeze", "--lab", lab, "--lock", args.lock], show=True)
+    except AssertionError as failure:
+        sys.exit(f"lab {lab}: {failure}")
     print(f"lab {lab}: ready", flush=True)
 
 
