@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyinfra.api.deploy import deploy
+from rich.console import Console
 
 from deploy.acceleration import choose_acceleration
 from deploy.domain_xml import DomainSpec, lab_uuid, render_domain
@@ -24,6 +25,7 @@ from runner.cache.paths import CachePaths
 from runner.core.files import read_model, write_model
 from runner.lab import libvirt as virt
 from runner.lab.state import HypervisorPaths, ImageRef, LabPaths, LabState, libvirt_name
+from runner.lab.teardown import remove_orphaned_lab
 from runner.spec.lock import Lock
 
 # Boot to SSH under TCG took 81-112 s on an idle 2-core host, over 9 minutes with three TCG
@@ -100,6 +102,12 @@ def prepare_lab(
     # The domain shares the artifact store with the guest: QEMU wants the directory to exist.
     CachePaths.default().artifacts.mkdir(parents=True, exist_ok=True)
     _ensure_key_pair(paths)
+    # A domain or pool of the lab's name left by a removed checkout (CI clones, a wiped cache)
+    # would make this deploy start a pool with no directory or a VM with no disk.
+    for removed in remove_orphaned_lab(lab, libvirt_uri):
+        Console(stderr=True, soft_wrap=True).print(
+            f"lab {lab}: left behind with its files gone: {removed}"
+        )
     previous = _previous_state(paths)
     name = libvirt_name(lab)
     if previous is not None and previous.guest_arch == lock.guest.arch:

@@ -18,6 +18,7 @@ from images.recipe import GUEST_OVERLAY_DIR, Recipe
 
 DPKG_STATUS = Path("var/lib/dpkg/status")
 APT_PARTIAL_DIRS = ("var/cache/apt/archives/partial", "var/lib/apt/lists/partial")
+TIMER_UNIT_DIRS = ("usr/lib/systemd/system", "lib/systemd/system", "etc/systemd/system")
 
 
 def copy_overlay(rootfs: Path, overlay: Path = GUEST_OVERLAY_DIR) -> list[str]:
@@ -70,3 +71,20 @@ def configure(rootfs: Path, recipe: Recipe, log: BuildLog) -> None:
     # systemctl only writes symlinks here; it runs emulated but takes a second.
     log.run(["chroot", str(rootfs), "systemctl", "enable", *recipe.units_enabled])
     log.run(["chroot", str(rootfs), "systemctl", "mask", *recipe.units_masked])
+    # No timer may wake up during a benchmark: every timer unit the packages ship, not a list of
+    # the ones we knew (systemd-tmpfiles-clean.timer, 15 min after boot, fired inside an audit;
+    # a reset rewinds the guest's clock to the freeze, so it would fire in every cell).
+    timers = timer_units(rootfs)
+    if timers:
+        log.run(["chroot", str(rootfs), "systemctl", "mask", *timers])
+
+
+def timer_units(rootfs: Path) -> list[str]:
+    """Every timer unit of the image, by name, wherever systemd reads units from."""
+    return sorted(
+        {
+            path.name
+            for directory in TIMER_UNIT_DIRS
+            for path in (rootfs / directory).glob("*.timer")
+        }
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import fcntl
 import shutil
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -111,12 +111,17 @@ class ImageStore:
         shutil.rmtree(staging.dir)
         return manifest
 
-    @contextmanager
-    def _locked(self, wanted: str) -> Iterator[None]:
-        with self.paths.lock_file(wanted).open("w") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                self.console.print("another build of this image is running: waiting for it")
-                fcntl.flock(handle, fcntl.LOCK_EX)
-            yield
+    def _locked(self, wanted: str) -> AbstractContextManager[None]:
+        return build_lock(self.paths.lock_file(wanted), self.console)
+
+
+@contextmanager
+def build_lock(path: Path, console: Console) -> Iterator[None]:
+    """One build of an entry at a time, across processes; a second one waits, saying so."""
+    with path.open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            console.print("another build of this image is running: waiting for it")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield

@@ -186,7 +186,12 @@ def test_an_unjudged_task_s_cells_leave_the_pass_rates() -> None:
         9,
         6,
     )
-    assert found.overruled == {"ended early": 0, "verifier_setup": 0, "unjudged": 9}
+    assert found.overruled == {
+        "ended early": 0,
+        "verifier_setup": 0,
+        "no_model_request": 0,
+        "unjudged": 9,
+    }
 
 
 def test_the_report_shows_unjudged_cells_apart(seed_lock_path: Path) -> None:
@@ -196,7 +201,7 @@ def test_the_report_shows_unjudged_cells_apart(seed_lock_path: Path) -> None:
     text = render_markdown(build_receipt(lock, schedule, lines, "clean", "passed"))
     assert "| Pi + OpenPI | 6/6 = 1.000 [0.610, 1.000] |" in text
     assert "| Pi + OpenPI | 3 | 1 | 2 | 9/9 = 1.000 [0.701, 1.000] | 6/9 = 0.667 " in text
-    assert "by rule: ended early: 0; verifier_setup: 0; unjudged: 9." in text
+    assert "by rule: ended early: 0; verifier_setup: 0; unjudged: 9; no_model_request: 0." in text
     assert "unjudged as pass: 9/9 vs 9/9" in text and "unjudged as fail: 6/9 vs 6/9" in text
 
 

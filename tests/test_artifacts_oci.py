@@ -10,6 +10,7 @@ does not have fails closed in one line.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from functools import partial
@@ -48,7 +49,7 @@ def _lock(tmp_path: Path, reference: str) -> Path:
     """The demo lock, renamed, its tasks' FROM names mapping a registry image and a local one."""
     text = (REPO / "locks" / "demo.toml").read_text().replace('name = "demo"', 'name = "oci"')
     mixed = f'base_images = {{ "bench-base" = "localhost/base:1", "bench-tiny" = "{reference}" }}'
-    text = text.replace('base_images = { "bench-base" = "localhost/base:1" }', mixed)
+    text = re.sub(r"^base_images = .*$", mixed, text, count=1, flags=re.MULTILINE)
     path = tmp_path / "locks" / "oci.toml"
     path.parent.mkdir(exist_ok=True)
     path.write_text(text)

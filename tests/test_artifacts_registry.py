@@ -157,13 +157,17 @@ def test_tools_fill_the_store_and_a_warm_resolve_downloads_nothing(tmp_path: Pat
 def test_debian_packages_beyond_the_image(tmp_path: Path) -> None:
     lock = load_lock(LOCKS / "demo.toml")
     resolved = _resolve(lock, tmp_path, "debs")
-    names = {artifact.name for artifact in resolved.resolution.artifacts}
+    artifacts = resolved.resolution.artifacts
+    names = {artifact.name for artifact in artifacts if artifact.kind == "deb"}
     assert {"podman-docker", "docker-compose", "python3-venv", "python3.13-venv"} <= names
+    # The built python:3.11-slim's whole package set, bookworm's libc6 with it.
+    base = {(a.name, a.suite) for a in artifacts if "python-3.11-bookworm" in a.images}
+    assert {("libc6", "bookworm"), ("python3.11", "bookworm"), ("python3-pip", "bookworm")} <= base
     assert "nftables" not in names  # the lock's guest.packages already put it in the image
     assert "libc6" not in names
     store = ArtifactStore(CachePaths(tmp_path))
     for artifact in resolved.resolution.artifacts:
-        assert artifact.kind == "deb"
+        assert artifact.kind in ("deb", "base-deb")
         assert artifact.filename.endswith(("_arm64.deb", "_all.deb"))
         assert store.has(artifact.sha256)
 

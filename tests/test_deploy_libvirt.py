@@ -12,6 +12,8 @@ import base64
 import json
 import logging
 import re
+import socket
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -34,10 +36,12 @@ from deploy.domain_xml import (
 )
 from deploy.facts.libvirt import Domain, StoragePool, StorageVolume
 from deploy.operations import libvirt as libvirt_ops
+from deploy.operations.guest import wait_for_guest_arch
 from runner.core.errors import RunnerError
 from runner.lab import libvirt as virt
-from runner.lab.state import LabPaths
-from runner.lab.teardown import teardown_lab
+from runner.lab.state import Acceleration, ImageRef, LabPaths, LabState
+from runner.lab.teardown import remove_orphaned_lab, teardown_lab
+from runner.lab.transport import GuestError
 from tests.support.deploy_harness import local_host, yielded
 from tests.support.domain_spec import DOMAIN, LAB, POOL, SPEC
 
@@ -244,3 +248,69 @@ def test_teardown_refuses_a_domain_that_is_not_ours(
     with pytest.raises(RunnerError, match="not a lab domain"):
         teardown_lab(LAB, LabPaths(tmp_path / "lab"), uri)
     assert virt.find_domain(conn, DOMAIN) is not None
+
+
+def test_a_lab_whose_disk_is_gone_is_removed_as_an_orphan(
+    conn: libvirt.virConnect, uri: str
+) -> None:
+    # A removed checkout's lab: its domain defined, the overlay it boots from not in its pool.
+    for step in ("lab_pool", "define_domain", "start_domain"):
+        GIVEN[step](conn, uri)
+    assert remove_orphaned_lab(LAB, uri) == [
+        f"stopped domain {DOMAIN}",
+        f"undefined domain {DOMAIN} (0 snapshots)",
+        f"deleted pool {POOL}",
+    ]
+    assert virt.find_domain(conn, DOMAIN) is None
+    assert virt.find_pool(conn, POOL) is None
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        ("lab_pool", "overlay", "define_domain", "start_domain"),  # a whole lab
+        ("lab_pool", "stop_pool"),  # a half-made one: its directory is there
+        ("foreign_domain",),  # not ours at all
+    ],
+)
+def test_a_lab_whose_files_are_there_is_no_orphan(
+    conn: libvirt.virConnect, uri: str, given: tuple[str, ...]
+) -> None:
+    for step in given:
+        GIVEN[step](conn, uri)
+    assert remove_orphaned_lab(LAB, uri) == []
+    assert virt.find_pool(conn, POOL) is not None or "lab_pool" not in given
+    assert virt.find_domain(conn, DOMAIN) is not None or "define_domain" not in given
+
+
+def test_a_boot_wait_ends_at_once_when_the_vm_does_not_run(uri: str, tmp_path: Path) -> None:
+    lab = LabState(
+        lab=LAB,
+        environment_fingerprint="sha256:" + "0" * 64,
+        libvirt_uri=uri,
+        domain_name=DOMAIN,
+        domain_uuid=lab_uuid(LAB),
+        guest_arch="aarch64",
+        acceleration=Acceleration(kind="tcg", reason="test"),
+        pool_name=POOL,
+        pool_dir="/pools/t",
+        overlay_path=SPEC.disk,
+        console_log=SPEC.console_log,
+        ssh_port=_closed_loopback_port(),
+        private_key=str(tmp_path / "key"),
+        proxy_port=40080,
+        image=ImageRef(store_dir="/images", input_hash="0", root_sha256="sha256:" + "0" * 64),
+    )
+    started = time.monotonic()
+    with pytest.raises(GuestError, match=f"its VM {DOMAIN} is absent"):
+        wait_for_guest_arch(lab, wait_seconds=900)
+    GIVEN["define_domain"](virt.connect(uri), uri)  # defined, never started
+    with pytest.raises(GuestError, match=f"its VM {DOMAIN} is shutoff"):
+        wait_for_guest_arch(lab, wait_seconds=900)
+    assert time.monotonic() - started < 5
+
+
+def _closed_loopback_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -85,6 +86,19 @@ def test_status_reports_the_running_lab() -> None:
     assert f"{DOMAIN} on qemu:///system: running" in result.stdout
     assert "answers (aarch64)" in result.stdout
     assert "tcg (host is x86_64, guest is aarch64" in result.stdout
+
+
+def test_a_deploy_over_what_a_removed_checkout_left_reclaims_it() -> None:
+    # As a CI clone removed while its VM ran leaves it: the domain running, the pool defined,
+    # the pool's directory and the lab's controller files gone.
+    state = load_lab_state(PATHS)
+    shutil.rmtree(state.pool_dir)
+    shutil.rmtree(PATHS.lab_dir)
+    result = deploy()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"lab {LAB}: left behind with its files gone: stopped domain {DOMAIN}" in result.stderr
+    assert f"undefined pool {DOMAIN}" in result.stderr
+    assert guest_machine(load_lab_state(PATHS)) == "aarch64"
 
 
 def test_teardown_leaves_no_domain_volume_or_overlay_then_has_nothing_to_do() -> None:

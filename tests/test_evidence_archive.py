@@ -606,6 +606,21 @@ def test_a_verifier_setup_verdict_is_rejudged_from_its_trial_and_mirror_lines(
     assert "its trial and mirror log say the verifier set up" in message
 
 
+def test_a_no_model_request_verdict_is_rejudged_from_its_trial_and_proxy_record(
+    finished_run: Path, tmp_path: Path
+) -> None:
+    """A fail turned indeterminate by a forged cause: its proxy record has the cell's requests
+    and its trial no harness that ended with an error."""
+
+    def forge(paths: RunPaths) -> None:
+        reason = "no_model_request: the harness ended with an error before any request"
+        edit_line(paths, 4, outcome="indeterminate", reason=reason)
+        write_report(paths.run_dir)
+
+    message = broken(rearchived(finished_run, tmp_path, forge))
+    assert "its trial and proxy record say the harness asked its model or ended well" in message
+
+
 def kept_freeze(paths: RunPaths, task: str, reward: float) -> None:
     """The run keeps a freeze manifest whose oracle of ``task`` scored ``reward``, and the final
     verify audited that manifest (a forger with the key rewrites both consistently)."""

@@ -306,3 +306,24 @@ def test_the_receipt_and_report_state_the_policy_and_the_retries(tmp_path):
     report = RunPaths(run_dir).report_md.read_text()
     assert "Cells that needed a retry: 1 (1 attempts re-run" in report
     assert len(Ledger(RunPaths(run_dir)).lines()) == 4
+
+
+@pytest.mark.parametrize(("posts", "outcome"), [(0, "indeterminate"), (1, "fail")])
+def test_a_harness_that_failed_before_asking_its_model_is_no_verdict_on_the_agent(
+    demo, paths, proxy, tmp_path, posts, outcome
+):
+    """Harbor 0.20.0's own result of a cell whose run script ended (exit 2) before the harness
+    started, and whose verifier then scored the untouched task 0: with no request to the model
+    in the cell the fail is the lab's, not the agent's; after one request it is the agent's."""
+    trials = trial_tree(tmp_path / "t", "agent-exit-verified")
+    guest = FakeTransport(harbor(posting(proxy, posts)), trials)
+    line, _ = run_cell(with_models(demo, "reference-solution"), paths, proxy, guest)
+    assert line.outcome == outcome
+    if posts == 0:
+        assert line.reason.startswith(
+            "no_model_request: the harness ended with an error before any request to the model "
+            "(NonZeroAgentExitCodeError: Command failed (exit 2)"
+        )
+        assert line.trial_outcome == "fail"
+    else:
+        assert (line.reason, line.trial_outcome) == ("reward 0", None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -99,13 +100,108 @@ PLANTS: dict[str, tuple[str, tuple[str, ...]]] = {
         f"nft delete table inet {TABLE}",
         (f"nft:inet {TABLE}", "ruleset:ruleset"),
     ),
+    # Issue #23's classes, each once passed unseen (the live state a cell can feel).
+    "route_added": (
+        "ip route add blackhole 198.51.100.0/24",
+        ("network:route:4:main:blackhole:198.51.100.0/24::0",),
+    ),
+    "manager_environment": (
+        "systemctl set-environment PLANTED_BY_TEST=1",
+        ("manager:env:PLANTED_BY_TEST",),
+    ),
+    "runtime_cpu_quota": (
+        "systemctl set-property --runtime system-getty.slice CPUQuota=20%",
+        (
+            "manager:unit:system-getty.slice",
+            "manager:cgroup:/system.slice/system-getty.slice/cpu.max",
+            "tmpfs:/run/systemd/system.control/system-getty.slice.d/50-CPUQuota.conf",
+        ),
+    ),
+    "file_in_dev_shm": ("echo planted > /dev/shm/planted", ("tmpfs:/dev/shm/planted",)),
+    "thp_knob": (
+        "echo never > /sys/kernel/mm/transparent_hugepage/enabled",
+        ("sysfs:/sys/kernel/mm/transparent_hugepage/enabled",),
+    ),
+    # A process in the cgroup the old scope left out by glob (user@*.service).
+    "process_in_old_excluded_cgroup": (
+        "g=/sys/fs/cgroup/user.slice/user-0.slice/user@0.service/planted; mkdir -p $g && {"
+        " setsid nohup tail -f /dev/null >/dev/null 2>&1 </dev/null & echo $! >$g/cgroup.procs; }",
+        ("process:/usr/bin/tail",),
+    ),
+    # Live state of classes #23 names that its first plants did not try.
+    "traffic_control": (
+        "tc qdisc replace dev lo root handle 1: pfifo limit 1000",
+        ("network:tc:lo:qdisc:1:",),
+    ),
+    "policy_rule": (
+        "ip rule add priority 1234 from 198.51.100.0/24 table main",
+        ("network:rule:4:1234",),
+    ),
+    "permanent_neighbour": (
+        # On the first link that is not loopback (user-mode networking gives no default route).
+        "ip neigh add 198.51.100.9 lladdr 02:00:00:00:00:09 nud permanent dev"
+        " $(ip -o link show | awk -F': ' '$2 != \"lo\" { sub(/@.*/, \"\", $2); print $2; exit }')",
+        ("network:neigh:*",),
+    ),
+    "listener_reniced": (
+        # "; true": a for loop exits with its last test's status, 1 when the last is not sshd
+        'for p in /proc/[0-9]*; do [ "$(readlink $p/exe)" = /usr/sbin/sshd ]'
+        " && renice -n 10 -p ${p#/proc/} >/dev/null; done; true",
+        ("scheduling:/usr/sbin/sshd",),
+    ),
+    "journald_limit_lowered": (
+        "for p in /proc/[0-9]*; do"
+        ' [ "$(readlink $p/exe)" = /usr/lib/systemd/systemd-journald ]'
+        " && prlimit --pid ${p#/proc/} --msgqueue=1234:1234; done",
+        ("scheduling:/usr/lib/systemd/systemd-journald",),
+    ),
+    "cgroup_limit_written": (
+        "echo 4096 > /sys/fs/cgroup/system.slice/pids.max",
+        ("manager:cgroup:/system.slice/pids.max",),
+    ),
+    "cgroup_frozen": (
+        "echo 1 > /sys/fs/cgroup/system.slice/system-getty.slice/cgroup.freeze",
+        ("manager:cgroup:/system.slice/system-getty.slice/cgroup.freeze",),
+    ),
+    "swap_on": (
+        "dd if=/dev/zero of=/planted.swap bs=1M count=16 status=none && chmod 600 /planted.swap"
+        " && mkswap -q /planted.swap && swapon /planted.swap",
+        ("sysfs:swap:/planted.swap", "disk:/planted.swap"),
+    ),
+    "file_in_run": ("echo planted > /run/planted", ("tmpfs:/run/planted",)),
+    "module_parameter": (
+        "echo Y > /sys/module/printk/parameters/ignore_loglevel",
+        ("sysfs:/sys/module/printk/parameters/ignore_loglevel",),
+    ),
+    # A bind mount over a file inside a Podman image layer (the old scope's excluded prefix).
+    "bind_over_podman_layer": (
+        "f=$(find /var/lib/containers/storage/overlay/*/diff/usr/bin -maxdepth 1 -type f"
+        " -name 'env' | head -1) && mount --bind /usr/bin/true $f",
+        ("mount:/var/lib/containers/storage/overlay/*",),
+    ),
 }
 
 
+# What this tier measured of the audit (verify and freeze seconds, the planted verify's drift
+# lines), for the tier's log: scripts/test.sh prints the file after the guest tier. Nothing in
+# it is asserted (speed goals are bench/'s).
+FIGURES = REPO_ROOT / ".cache" / "audit-figures.log"
+
+
+def note(text: str) -> None:
+    with FIGURES.open("a") as figures:
+        figures.write(text.rstrip("\n") + "\n")
+
+
 def runner(*args: str, lab: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    started = time.monotonic()
+    done = subprocess.run(
         ["runner", *args, "--lab", lab], cwd=REPO_ROOT, capture_output=True, text=True, check=False
     )
+    note(
+        f"runner {args[0]} --lab {lab}: exit {done.returncode}, {time.monotonic() - started:.1f} s"
+    )
+    return done
 
 
 def manifest(lab: LabState) -> FreezeManifest:
@@ -122,6 +218,7 @@ def verify_passes(lab: LabState, tmp_path: Path) -> VerifyReport:
         lab=lab.lab,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    note(result.stdout.splitlines()[-1])
     report = VerifyReport.model_validate_json((tmp_path / "v.json").read_bytes())
     assert report.passed and report.freeze_manifest_sha256 == manifest(lab).sha256
     return report
@@ -132,6 +229,7 @@ def test_verify_passes_on_the_frozen_guest(frozen_lab: LabState, tmp_path: Path)
     categories = {check.partition(":")[0] for check in report.checks}
     assert {"disk", "package", "kernel", "dpkg", "listen", "nft", "module", "sysctl"} <= categories
     assert {"mount", "ruleset", "unit", "process", "account"} <= categories  # (no containers)
+    assert {"network", "manager", "tmpfs", "sysfs", "scheduling", "slower"} <= categories
     frozen = manifest(frozen_lab)
     assert report.disk_paths == frozen.state.disk.paths > 50_000
     assert frozen.state.disk.package_files > 5_000
@@ -149,6 +247,7 @@ def test_a_second_fresh_freeze_of_the_same_lab_passes_too(
     result = runner("freeze", lab=frozen_lab.lab)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "of the disk on the host" in result.stdout
+    note(next(line for line in result.stdout.splitlines() if line.startswith("read in")))
     assert manifest(frozen_lab).sha256 != first  # a new freeze (a new save: a new memory image)
     verify_passes(frozen_lab, tmp_path)
 
@@ -167,6 +266,7 @@ def planted(frozen_lab: LabState, tmp_path_factory: pytest.TempPathFactory) -> d
             guest.check(command, timeout=300)
     report = tmp_path_factory.mktemp("planted") / "v.json"
     result = runner("verify", "--json", str(report), lab=frozen_lab.lab)
+    note(f"planted verify: {result.stderr.strip()}\n{result.stdout}")
     return {"result": result, "report": json.loads(report.read_text())}
 
 
@@ -177,7 +277,17 @@ def test_verify_names_each_planted_change(planted: dict[str, Any], name: str) ->
     assert "drifts from freeze" in result.stderr
     checks = {drift["check"] for drift in planted["report"]["drifts"]}
     _, expected = PLANTS[name]
-    assert set(expected) <= checks, f"{name}: {sorted(set(expected) - checks)} not named"
+    # A check ending in "*" names a drift whose check starts so (a path found in the guest).
+    missing = [
+        check
+        for check in expected
+        if not (
+            any(c.startswith(check[:-1]) for c in checks)
+            if check.endswith("*")
+            else check in checks
+        )
+    ]
+    assert not missing, f"{name}: {missing} not named"
 
 
 def test_a_changed_package_file_names_its_package_and_both_digests(planted: dict[str, Any]) -> None:

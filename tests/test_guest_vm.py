@@ -120,6 +120,15 @@ def test_egress_from_a_task_container_goes_nowhere_and_the_guests_lookup_is_reco
     assert not any(entry.address == GUEST_PROXY_ADDRESS.split(":")[0] for entry in refused)
 
 
+def test_no_timer_can_wake_during_a_benchmark(guest: GuestTransport) -> None:
+    # Every timer unit the guest has is masked (images/configure.py), none loaded as active.
+    shipped = run(guest, "ls /usr/lib/systemd/system/*.timer | xargs -n1 basename").split()
+    assert "systemd-tmpfiles-clean.timer" in shipped
+    states = run(guest, f"systemctl is-enabled {' '.join(shipped)} || true").split()
+    assert states == ["masked"] * len(shipped), dict(zip(shipped, states, strict=False))
+    assert run(guest, "systemctl list-units --no-legend --plain --type=timer --state=active") == ""
+
+
 def test_runtime_and_tool_versions_equal_the_lock(guest: GuestTransport) -> None:
     assert run(guest, f"{GUEST.runtime_bin('node')} --version") == f"v{LOCK.tools.node}"
     assert run(guest, f"{GUEST.runtime_bin('bun')} --version") == LOCK.tools.bun

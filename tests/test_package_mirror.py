@@ -26,23 +26,25 @@ from runner.spec.resolution import PinnedArtifact, Resolution, ResolverTools
 LOCK_ENVIRONMENT = "sha256:" + "1" * 64
 
 
-def _deb(work: Path) -> Path:
-    package = work / "pkg"
+def _deb(work: Path, name: str = "bench-hello") -> Path:
+    package = work / f"pkg-{name}"
     (package / "DEBIAN").mkdir(parents=True)
     (package / "DEBIAN" / "control").write_text(
-        "Package: bench-hello\nVersion: 1.0\nArchitecture: all\nMaintainer: bench <b@x>\n"
+        f"Package: {name}\nVersion: 1.0\nArchitecture: all\nMaintainer: bench <b@x>\n"
         "Description: a package of the mirror test\n"
     )
-    deb = work / "bench-hello_1.0_all.deb"
+    deb = work / f"{name}_1.0_all.deb"
     subprocess.run(["dpkg-deb", "--build", str(package), str(deb)], check=True, capture_output=True)
     return deb
 
 
-def _artifact(store: ArtifactStore, path: Path, kind: str, name: str) -> PinnedArtifact:
+def _artifact(
+    store: ArtifactStore, path: Path, kind: str, name: str, suite: str | None = None
+) -> PinnedArtifact:
     digest = store.add_file(path)
     return PinnedArtifact.model_validate(
         {"kind": kind, "name": name, "version": "1.0", "url": f"https://x/{path.name}",
-         "filename": path.name, "sha256": digest, "size": path.stat().st_size}
+         "filename": path.name, "sha256": digest, "size": path.stat().st_size, "suite": suite}
     )  # fmt: skip
 
 
@@ -60,6 +62,8 @@ def mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[st
         tools=ResolverTools(apt="apt 3", npm="11", pip="pip 25"),
         artifacts=(
             _artifact(store, _deb(tmp_path), "deb", "bench-hello"),
+            # Taken from another release than the guest's (as a bookworm base image's are).
+            _artifact(store, _deb(tmp_path, "bench-old"), "base-deb", "bench-old", "bookworm"),
             _artifact(store, wheel, "verifier-wheel", "Bench_Tool"),
         ),
         harness_trees=(),
@@ -97,6 +101,27 @@ def test_the_frozen_set_is_served_as_an_apt_repository_and_a_simple_index(mirror
     assert _get(f"{base}/files/bench_tool-1.0-py3-none-any.whl", "HEAD") == (200, b"")
     requests, _ = read_requests(log, 0)
     assert [r.miss for r in requests] == [False] * 5
+
+
+def test_another_release_s_index_holds_only_the_debs_taken_from_it(mirror):
+    base, log = mirror
+    status, bookworm = _get(f"{base}/debian/bookworm/Packages")
+    assert status == 200
+    assert b"Package: bench-old\n" in bookworm and b"bench-hello" not in bookworm
+    assert b"bench-old" not in _get(f"{base}/debian/Packages")[1]  # never the guest's index
+    assert _get(f"{base}/debian/bullseye/Packages") == (200, b"")
+    assert b"Suite: frozen" in _get(f"{base}/debian/bookworm/Release")[1]
+    assert _get(f"{base}/debian/bookworm/InRelease")[0] == 404
+    assert _get(f"{base}/debian/bookworm/bench-old_1.0_all.deb")[1].startswith(b"!<arch>")
+    requests, _ = read_requests(log, 0)
+    assert [(r.item, r.miss) for r in requests] == [
+        ("index:bookworm/Packages", False),
+        ("index:Packages", False),
+        ("index:bullseye/Packages", False),
+        ("index:bookworm/Release", False),
+        ("index:bookworm/InRelease", False),
+        ("deb:bookworm/bench-old_1.0_all.deb", False),
+    ]
 
 
 def test_anything_else_is_refused_and_logged_as_a_miss(mirror):

@@ -213,3 +213,25 @@ def test_audit_passes_on_the_frozen_state_and_names_each_drift(
     assert not drifted.passed and os.path.isfile(Path(drifted.evidence) / "report.json")
     every = DiskDrifts.model_validate_json((Path(drifted.evidence) / DRIFTS_FILE).read_bytes())
     assert len(every.drifts) == 4
+
+
+def test_an_audit_whose_ansible_cannot_start_says_so_and_keeps_its_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The audit's own tool failing is no drift of the guest: one error naming it (the report
+    with its ansible:run line kept as evidence), never the speed probe's "not measured"."""
+    from runner.core.errors import RunnerError
+    from runner.verify import audit as audit_module
+    from tests.support.freeze_factory import manifest_of
+
+    collected = {"kernel": "6.12", "packages": {}, "images": [], "listening": []}
+    manifest = manifest_of({}, collected)
+    monkeypatch.setattr(audit_module, "_path_with_ansible", lambda: str(tmp_path / "nowhere"))
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    with pytest.raises(RunnerError, match="the audit could not run ansible-playbook") as raised:
+        audit(manifest, host, tmp_path / "evidence", None)
+    (report_path,) = (tmp_path / "evidence").glob("*/report.json")
+    report = VerifyReport.model_validate_json(report_path.read_text())
+    checks = [drift.check for drift in report.drifts]
+    assert "ansible:run" in checks and not [c for c in checks if c.startswith("slower:")]
+    assert str(report_path.parent) in str(raised.value)

@@ -20,6 +20,8 @@ from tests.support.freeze_factory import manifest_of
 CASES = sorted((Path(__file__).parent / "verify_playbook_cases").glob("*.json"))
 RAW_START, RAW_END = "{% raw %}set -o pipefail; ", "{% endraw %}"
 COLLECTED: dict[str, object] = {"kernel": "k", "packages": {}, "images": [], "listening": []}
+# A freeze that recorded every live category (each empty).
+EVERY_LIVE: dict[str, dict[str, str]] = {probe.category: {} for probe in LIVE_PROBES}
 
 
 @pytest.mark.parametrize("case_path", CASES, ids=[path.stem for path in CASES])
@@ -42,7 +44,7 @@ def test_playbook_from_manifest(case_path: Path) -> None:
 
 
 def test_every_observation_is_read_only_literal_and_runs_in_check_mode() -> None:
-    manifest = manifest_of({}, COLLECTED)
+    manifest = manifest_of({}, COLLECTED, live=EVERY_LIVE)
     [play] = build_playbook(manifest)
     observations = [t for t in play["tasks"] if "ansible.builtin.raw" in t]
     assert [t["name"] for t in observations] == [f"observe {p.category}" for p in PROBES]
@@ -61,7 +63,7 @@ def test_every_observation_is_read_only_literal_and_runs_in_check_mode() -> None
 
 def test_the_audit_runs_the_live_commands_the_freeze_ran() -> None:
     scope = {"sysctl_volatile": ["kernel.random.*"], "process_exe_excludes": ["/usr/bin/x"]}
-    manifest = manifest_of(scope, COLLECTED)
+    manifest = manifest_of(scope, COLLECTED, live=EVERY_LIVE)
     [play] = build_playbook(manifest)
     raw = {t["name"]: t["ansible.builtin.raw"] for t in play["tasks"] if "ansible.builtin.raw" in t}
     assert {p.category for p in LIVE_PROBES} <= {p.category for p in PROBES}
@@ -72,7 +74,7 @@ def test_the_audit_runs_the_live_commands_the_freeze_ran() -> None:
 
 def test_a_live_value_with_tabs_stays_whole_in_the_observed_map() -> None:
     """The live maps split each line at its first tab only (a value may hold more)."""
-    [play] = build_playbook(manifest_of({}, COLLECTED))
+    [play] = build_playbook(manifest_of({}, COLLECTED, live=EVERY_LIVE))
     [gather] = [t for t in play["tasks"] if t["name"] == "gather what was observed"]
     observed = gather["ansible.builtin.set_fact"]["observed"]
     for live in LIVE_PROBES:

@@ -15,18 +15,20 @@ from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyinfra.api.command import FunctionCommand, StringCommand
+from pyinfra.api.command import StringCommand
 from pyinfra.api.operation import operation
 from pyinfra.context import host
 from pyinfra.facts.deb import DebPackages
 
+from deploy.errors import ControllerCommand
 from deploy.guest.facts import ImageDigest, ImageLabel, UnitStamp
+from deploy.operations.guest import wait_for_guest_arch
 from runner.lab.layout import GUEST
 from runner.lab.mirror import start_lab_mirror
 from runner.lab.state import LabPaths, guest_machine, load_lab_state
 from runner.lab.transport import GuestError
 
-Commands = Generator[StringCommand | FunctionCommand | str, None, None]
+Commands = Generator[StringCommand | ControllerCommand | str, None, None]
 
 
 def _q(value: object) -> str:
@@ -190,10 +192,7 @@ def registry_image(archive: str, digest: str, image_id: str, names: tuple[str, .
 
 
 def _wait_for_guest(lab: str, wait_seconds: float) -> None:
-    state = load_lab_state(LabPaths.for_lab(lab))
-    answered = guest_machine(state, wait_seconds)
-    if answered != state.guest_arch:
-        raise GuestError(f"lab {lab}: the guest is {answered!r}, expected {state.guest_arch!r}")
+    wait_for_guest_arch(load_lab_state(LabPaths.for_lab(lab)), wait_seconds)
 
 
 @operation()
@@ -214,7 +213,7 @@ def lab_guest_answers(lab: str, wait_seconds: float) -> Commands:
                 return
         except GuestError:
             pass
-    yield FunctionCommand(_wait_for_guest, (lab, wait_seconds), {})
+    yield ControllerCommand(_wait_for_guest, (lab, wait_seconds), {})
 
 
 @dataclass(frozen=True)
@@ -258,7 +257,7 @@ def task_image(
     if host.get_fact(ImageLabel, image=image, label="bench.inputs") == digest:
         host.noop(f"image {image} already built from {_short(digest)}")
         return
-    yield FunctionCommand(_mirror_serving, (mirror,), {})
+    yield ControllerCommand(_mirror_serving, (mirror,), {})
     log, failed = GUEST.build_logs / f"{task}.log", GUEST.build_logs / f"{task}.failed"
     yield f"mkdir -p {_q(GUEST.build_logs)} && rm -f {_q(failed)}"
     yield (

@@ -18,6 +18,7 @@ from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from deploy.guest import operations as guest
+from deploy.guest.base_images import built_base_images
 from deploy.guest.bundles import (
     harness_tree_bundle,
     pack_directory,
@@ -192,8 +193,20 @@ def _one(resolution: Resolution, kind: str) -> PinnedArtifact:
     return found[0]
 
 
+def refuse_warm_compiled_caches(lock: Lock) -> None:
+    """A harness whose lock asks for warm compiled caches cannot be provisioned yet: the guest
+    would be frozen cold while the lock says warm (the receipt would then fail closed)."""
+    warm = [harness.id for harness in lock.harnesses if harness.compiled_cache == "warm"]
+    if warm:
+        raise RunnerError(
+            f"harness {', '.join(warm)}: compiled_cache = 'warm' is not provisioned yet (this "
+            "deploy does not warm jiti's cache); give 'cold', the default"
+        )
+
+
 def plan_guest(lock: Lock, lock_path: Path, lab: str) -> GuestPlan:
     """Check the resolution against the store, build the bundles, and say what goes where."""
+    refuse_warm_compiled_caches(lock)
     paths = CachePaths.default()
     store = ArtifactStore(paths)
     resolution = _stored_resolution(lock, lock_path, store)
@@ -213,7 +226,10 @@ def plan_guest(lock: Lock, lock_path: Path, lab: str) -> GuestPlan:
     derived_tasks = _task_bundles(lock, resolution, store, paths)
     verifier = _verifier_tree(lock, resolution, store)
     image_inputs = _image_inputs(lock, resolution, verifier)
-    registry_images = _registry_images(lock, resolution, store)
+    registry_images = (
+        *_registry_images(lock, resolution, store),
+        *_built_images(lock, resolution, store, verifier),
+    )
     return GuestPlan(
         debs=tuple(
             guest.DebFile(a.name, a.version, _blob(a))
@@ -357,6 +373,26 @@ def _registry_images(
             )
         )
     return tuple(images)
+
+
+def _built_images(
+    lock: Lock, resolution: Resolution, store: ArtifactStore, verifier: Bundle | None
+) -> tuple[RegistryBaseImage, ...]:
+    """The images the project builds for FROM names (images.base), loaded as registry images
+    are: from their OCI archives, each name checked to give the built manifest digest."""
+    if not lock.tasks.built_images:
+        return ()
+    overlay = verifier.digest if verifier else verifier_bundle(store, None, GUEST_MIRROR_URL)
+    return tuple(
+        RegistryBaseImage(
+            f"{built.record.image}@{built.record.manifest_digest}",
+            built.record.manifest_digest,
+            built.record.image_id,
+            str(GUEST.blob(built.record.archive)),
+            (*built.names, built.record.image),
+        )
+        for built in built_base_images(lock, resolution, store, overlay, GUEST_MIRROR_URL)
+    )
 
 
 def _image_inputs(lock: Lock, resolution: Resolution, verifier: Bundle | None) -> str:

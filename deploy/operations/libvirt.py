@@ -13,20 +13,21 @@ from pathlib import Path
 from typing import Any
 
 import libvirt
-from pyinfra.api.command import FunctionCommand
 from pyinfra.api.exceptions import OperationError
 from pyinfra.api.operation import operation
 from pyinfra.context import host
 
 from deploy.domain_xml import DomainDefinition
+from deploy.errors import ControllerCommand
 from deploy.facts.libvirt import Domain, StoragePool, StorageVolume, get_libvirt_fact
 from runner.lab import libvirt as virt
 
+Commands = Generator[ControllerCommand, None, None]
 _RUNNING = frozenset({"running", "blocked"})
 
 
-def _on_controller(function: Callable[..., None], *args: Any) -> FunctionCommand:
-    return FunctionCommand(function, args, {})
+def _on_controller(function: Callable[..., None], *args: Any) -> ControllerCommand:
+    return ControllerCommand(function, args, {})
 
 
 def _pool_xml(name: str, path: str) -> str:
@@ -61,7 +62,7 @@ def _start_pool(uri: str, name: str) -> None:
 
 
 @operation()
-def dir_pool(pool: str, path: str) -> Generator[FunctionCommand, None, None]:
+def dir_pool(pool: str, path: str) -> Commands:
     """
     A libvirt dir pool at ``path``, defined, built, started and autostarted.
 
@@ -70,7 +71,10 @@ def dir_pool(pool: str, path: str) -> Generator[FunctionCommand, None, None]:
     """
     info = get_libvirt_fact(host, StoragePool, pool=pool)
     if info["state"] != "absent" and info["path"] != path:
-        raise OperationError(f"pool {pool} exists at {info['path']}, not at {path}")
+        raise OperationError(
+            f"pool {pool} exists at {info['path']}, not at {path}: another checkout's lab of"
+            " this name (deploy with another LAB, or remove that one with `runner teardown`)"
+        )
     if info["state"] == "absent":
         yield _on_controller(_create_pool, host.data.libvirt_uri, pool, path)
     elif info["state"] == "inactive":
@@ -106,7 +110,7 @@ def _upload_volume(uri: str, pool_name: str, name: str, source: str) -> None:
 
 
 @operation()
-def uploaded_volume(pool: str, volume: str, source: str) -> Generator[FunctionCommand, None, None]:
+def uploaded_volume(pool: str, volume: str, source: str) -> Commands:
     """
     A copy of the controller's file ``source`` as ``volume`` of ``pool``.
 
@@ -131,9 +135,7 @@ def _create_overlay(uri: str, pool_name: str, name: str, backing_path: str, capa
 
 
 @operation()
-def overlay_volume(
-    pool: str, volume: str, backing_path: str, capacity: int
-) -> Generator[FunctionCommand, None, None]:
+def overlay_volume(pool: str, volume: str, backing_path: str, capacity: int) -> Commands:
     """
     A qcow2 overlay volume over ``backing_path``; an overlay over anything else is an error
     (replacing it would lose the guest's disk: that is ``runner rebuild``'s job).
@@ -177,7 +179,7 @@ def _restart(uri: str, name: str) -> None:
 
 
 @operation()
-def domain(definition: DomainDefinition) -> Generator[FunctionCommand, None, None]:
+def domain(definition: DomainDefinition) -> Commands:
     """
     A lab domain defined from ``definition`` and running it.
 

@@ -27,8 +27,10 @@ from runner.artifacts.plan import Plan, Planned
 from runner.artifacts.tools import run_tool, run_tool_unchecked
 from runner.cache.paths import CachePaths
 from runner.core.errors import RunnerError
+from runner.spec.base_images import BaseRecipe
 from runner.spec.lock import Guest, Tools
 from runner.spec.platform import GuestPlatform
+from runner.spec.resolution import ArtifactKind
 
 # What the guest deploy installs with dpkg on top of the image (FIELD-NOTES, "Harbor in the arm64
 # guest"): Harbor drives `docker compose` through Podman, creates a venv with pip, and netavark
@@ -190,21 +192,55 @@ async def plan_debs(
     extra = {name: version for name, version in with_deploy.items() if image.get(name) != version}
     suites_of = await state.suites_of(sorted(extra)) if extra else {}
     for stanza in await state.stanzas(extra) if extra else []:
-        filename = stanza["Filename"]
-        plan.planned.append(
-            Planned(
-                kind="deb",
-                name=stanza["Package"],
-                version=stanza["Version"],
-                wanted=Wanted(
-                    url=f"{guest.mirror.rstrip('/')}/{filename}",
-                    filename=filename.rsplit("/", 1)[-1],
-                    sha256="sha256:" + stanza["SHA256"],
-                ),
-                suite=suites_of[(stanza["Package"], stanza["Version"])],
-            )
-        )
+        suite = suites_of[(stanza["Package"], stanza["Version"])]
+        plan.planned.append(_planned(stanza, "deb", guest.mirror, suite))
     return DebianPlan(plan, _glibc_minor(with_deploy["libc6"]))
+
+
+async def plan_base_image_debs(
+    recipes: tuple[BaseRecipe, ...],
+    guest: Guest,
+    platform: GuestPlatform,
+    paths: CachePaths,
+    task_debs: tuple[str, ...] = (),
+) -> Plan:
+    """Every package of each built base image (minbase of its suite plus its packages), pinned:
+    images.base builds the image from exactly these files. With them, what ``task_debs`` (the
+    verifiers' apt-get) needs on that image, which the lab's mirror serves. One recipe after the
+    other: two of one suite share apt's state directory."""
+    plan = Plan()
+    for recipe in recipes:
+        suite_guest = guest.model_copy(update={"suite": recipe.suite, "tool_suites": ()})
+        state = AptState(paths.apt_state(recipe.suite, platform.deb_arch), suite_guest,
+                         platform.deb_arch)  # fmt: skip
+        state.write()
+        await state.update()
+        # eatmydata: what mmdebstrap's eatmydata hook installs while it builds, then removes.
+        wanted = (*_MINBASE, *recipe.packages, "eatmydata", *task_debs)
+        versions = await state.install_set(wanted)
+        for stanza in await state.stanzas(versions):
+            plan.planned.append(
+                _planned(stanza, "base-deb", guest.mirror, recipe.suite, (recipe.id,))
+            )
+    return plan
+
+
+def _planned(
+    stanza: Packages, kind: ArtifactKind, mirror: str, suite: str, images: tuple[str, ...] = ()
+) -> Planned:
+    filename = stanza["Filename"]
+    return Planned(
+        kind=kind,
+        name=stanza["Package"],
+        version=stanza["Version"],
+        wanted=Wanted(
+            url=f"{mirror.rstrip('/')}/{filename}",
+            filename=filename.rsplit("/", 1)[-1],
+            sha256="sha256:" + stanza["SHA256"],
+        ),
+        suite=suite,
+        images=images,
+    )
 
 
 async def _tool_pins(state: AptState, tools: Tools, plan: Plan) -> dict[str, str]:

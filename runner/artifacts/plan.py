@@ -19,6 +19,7 @@ class Planned:
     wanted: Wanted
     harnesses: tuple[str, ...] = ()
     suite: str | None = None  # deb: the suite of the lock's archive it comes from
+    images: tuple[str, ...] = ()  # base-deb: the built base images (BaseRecipe ids) it is in
 
 
 @dataclass(frozen=True)

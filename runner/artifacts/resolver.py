@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from rich.console import Console
 
-from runner.artifacts.debian import plan_debs
+from runner.artifacts.debian import plan_base_image_debs, plan_debs
 from runner.artifacts.fetch import Fetched, FetchReport, fetch_all
 from runner.artifacts.git import Packed, pack_git
 from runner.artifacts.http import new_session
@@ -220,6 +220,8 @@ async def _plan_debs_and_wheels(
     if debian.plan.unavailable:  # a pinned tool no suite has: nothing to choose wheels for
         return debian.plan
     plan = debian.plan if "debs" in sections else Plan()
+    if "debs" in sections and (recipes := tuple(r for r, _ in lock.tasks.built_images)):
+        plan.merge(await plan_base_image_debs(recipes, lock.guest, platform, paths, task_debs))
     if "wheels" in sections:
         index, glibc = lock.tools.python_index, debian.glibc_minor
         harbor = (f"harbor=={lock.tools.harbor}",)
@@ -237,6 +239,7 @@ def _artifacts(planned: list[Planned], report: FetchReport) -> tuple[PinnedArtif
         fetched = report.fetched[item.wanted.url]
         known = by_url.get(item.wanted.url)
         harnesses = set(item.harnesses) | set(known.harnesses if known else ())
+        images = set(item.images) | set(known.images if known else ())
         by_url[item.wanted.url] = PinnedArtifact(
             # A wheel both Harbor and the verifiers need keeps the kind it was first planned
             # with (Harbor's); the lab's mirror serves every wheel of the resolution.
@@ -250,6 +253,7 @@ def _artifacts(planned: list[Planned], report: FetchReport) -> tuple[PinnedArtif
             integrity=item.wanted.integrity,
             harnesses=tuple(sorted(harnesses)),
             suite=item.suite,
+            images=tuple(sorted(images)),
         )
     return tuple(sorted(by_url.values(), key=lambda artifact: artifact.sort_key))
 

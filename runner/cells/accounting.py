@@ -15,11 +15,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import ConfigDict, Field, ValidationError
 
 from runner.core.models import FrozenModel
-from runner.guest.agent_plan import CONTAINER, AgentCgroup
+from runner.guest.agent_plan import CONTAINER, AgentCgroup, CompiledCacheReading
 from runner.proxy.models import UPSTREAM_OUTCOMES, ProxyCellCounts
 from runner.records.ledger import RequestSums, unattributed_provider_post_requests
 
@@ -139,12 +140,25 @@ def request_sums(proxy: ProxyCellCounts) -> RequestSums | None:
 def agent_cgroup_in(trial_root: Path | None) -> AgentCgroup | None:
     """The agent container's cgroup reading the run script left in the trial's agent/ dir;
     None when there is none or it does not parse (the ledger then says "not recorded")."""
+    return _reading_in(trial_root, CONTAINER.agent_cgroup.name, AgentCgroup)
+
+
+def compiled_cache_in(trial_root: Path | None) -> CompiledCacheReading | None:
+    """The harness's compiled cache before and after it ran, as the run script left it in the
+    trial's agent/ dir; None when there is none or it does not parse ("not recorded")."""
+    return _reading_in(trial_root, CONTAINER.compiled_cache.name, CompiledCacheReading)
+
+
+_Reading = TypeVar("_Reading", bound=FrozenModel)
+
+
+def _reading_in(trial_root: Path | None, name: str, model: type[_Reading]) -> _Reading | None:
     if trial_root is None:
         return None
-    found = next(iter(sorted(trial_root.rglob(CONTAINER.agent_cgroup.name))), None)
+    found = next(iter(sorted(trial_root.rglob(name))), None)
     if found is None:
         return None
     try:
-        return AgentCgroup.model_validate_json(found.read_bytes())
+        return model.model_validate_json(found.read_bytes())
     except ValidationError:
         return None

@@ -28,17 +28,24 @@ from pathlib import Path
 
 from runner.cells.accounting import (
     agent_cgroup_in,
+    compiled_cache_in,
     count_logical_attempts_in,
     reconcile,
     request_sums,
 )
-from runner.cells.classify import classify, find_result, harbor_process, launched_at
+from runner.cells.classify import (
+    HarborTrialResult,
+    classify,
+    find_result,
+    harbor_process,
+    launched_at,
+)
 from runner.cells.failure_class import Evidence, failure_class, harbor_evidence
 from runner.cells.verifier_setup import verifier_setup_problem
 from runner.core.canonical import file_digest
 from runner.core.errors import RunnerError
 from runner.core.files import write_atomic
-from runner.guest.agent_plan import CONTAINER
+from runner.guest.agent_plan import CONTAINER, AgentCgroup
 from runner.guest.warm_harbor import WarmRequest, launch_command
 from runner.lab import egress
 from runner.lab.layout import DOCKER_HOST, GUEST, GUEST_PROXY_URL, HARBOR_ENVIRONMENT
@@ -61,6 +68,7 @@ from runner.records.ledger import (
 from runner.records.paths import RunPaths
 from runner.records.schedule import Cell
 from runner.spec.lock import Lock, Model
+from runner.spec.seeded import SeededDraws, seeded_draws
 
 CELL_PGID_FILE = "/run/bench-cell.pgid"
 GUEST_WAIT_SECONDS = 60.0  # for the guest to answer again after a failed cell
@@ -73,6 +81,28 @@ class OverruledBy(StrEnum):
     ENDED_EARLY = "ended early"  # a phase raised; the attempt record keeps the exception
     VERIFIER_SETUP = "verifier_setup"  # the verifier's own setup failed (a fail or no verdict)
     UNJUDGED = "unjudged"  # the lab's oracle did not score 1 (a pass or a fail)
+    NO_MODEL_REQUEST = "no_model_request"  # the agent never asked its model (a pass or a fail)
+
+
+def no_model_request(
+    counts: ProxyCellCounts | None, harbor: HarborTrialResult | None, cgroup: AgentCgroup | None
+) -> str | None:
+    """Why a verdict says nothing of the agent: its harness ended with an error (Harbor's
+    exception, or the exit code the run script kept in ``cgroup``) and the proxy saw no POST
+    meant for the model in the whole cell. The harness never reached its model (it did not
+    start, or could not connect), so a fail would blame the agent for the lab's fault. None when
+    it asked at least once, ended well, or the proxy kept no record."""
+    if counts is None or counts.physical_posts + counts.unsent_posts > 0:
+        return None
+    info = harbor.exception_info if harbor is not None else None
+    if info is not None:
+        first = (info.exception_message.strip().splitlines() or [""])[0]
+        ended = f"{info.exception_type}: {first}"
+    elif cgroup is not None and cgroup.harness_exit_code:
+        ended = f"the harness exited {cgroup.harness_exit_code}"
+    else:
+        return None
+    return f"the harness ended with an error before any request to the model ({ended})"
 
 
 EGRESS_READ_SECONDS = 60.0
@@ -130,6 +160,39 @@ class PhaseTimer:
         self.current = None
 
 
+_NOT_A_MODEL_REQUEST = frozenset({"rejected", "not_an_api_path"})
+
+
+@dataclass(frozen=True)
+class StartUp:
+    """The agent phase split at the cell's first model request (seconds; None: not known)."""
+
+    to_first_request: float | None
+    after_first_request: float | None
+
+
+def start_up(harbor: HarborTrialResult | None, counts: ProxyCellCounts | None) -> StartUp:
+    """From the start of Harbor's agent phase to the first request the proxy logged for the
+    cell (whatever the provider answered), and from it to the agent phase's end. The agent
+    phase is on the guest's clock, the request on the host's: the reset sets the one from the
+    other (runner.freeze.reset), so the split is good to that SSH round trip. A request refused
+    (wrong bearer) or to no API path is not a model request."""
+    timing = harbor.agent_execution if harbor is not None else None
+    asked = [
+        entry.started_at
+        for entry in (counts.requests if counts is not None else ())
+        if entry.outcome not in _NOT_A_MODEL_REQUEST
+    ]
+    if timing is None or timing.started_at is None or not asked:
+        return StartUp(None, None)
+    first = min(asked)
+    before = round((first - timing.started_at).total_seconds(), 3)
+    after = None
+    if timing.finished_at is not None:
+        after = round((timing.finished_at - first).total_seconds(), 3)
+    return StartUp(before, after)
+
+
 @dataclass
 class _Attempt:
     """One cell's attempt in progress: what its phases found so far. Its ledger line is built
@@ -147,8 +210,10 @@ class _Attempt:
     retried: int = 0  # earlier attempts of the cell the retry policy re-ran
     mirror_offset: int = 0  # where the mirror log stood when the attempt started
     mirror: tuple[MirrorRequest, ...] | None = None  # the mirror's requests during the attempt
-    trial_outcome: Outcome | None = None  # the trial's verdict, when overruled as unjudged
+    trial_outcome: Outcome | None = None  # the trial's verdict, when unjudged or no request
     guest_scanned: bool = False  # the guest's disk was scanned after the attempt
+    stand_in: SeededDraws | None = None  # the seeded stand-in's draws for the cell
+    startup: StartUp = field(default_factory=lambda: StartUp(None, None))
 
 
 @dataclass
@@ -319,8 +384,11 @@ class CellRunner:
         model = self.model(attempt.cell)
         deadline_at = attempt.started_at + timedelta(seconds=self.lock.cell_deadline_seconds)
         script = None
+        if model.seeded is not None:
+            attempt.stand_in = seeded_draws(model.seeded, attempt.cell.id)
         if model.is_scripted:
-            script = script_for(model.model, self.task_source_dir(attempt.cell.task))
+            task_dir = self.task_source_dir(attempt.cell.task)
+            script = script_for(model.model, task_dir, attempt.stand_in)
         bearer = self.proxy.open_cell(attempt.cell.id, model, deadline_at, script=script)
         attempt.proxy_open = True
         Ledger(self.paths).note_bearer(attempt.cell.id, attempt.record.attempt, bearer)
@@ -347,6 +415,13 @@ class CellRunner:
         setup_problem = verifier_setup_problem(attempt.trial_root, harbor, attempt.mirror or ())
         if setup_problem is not None and outcome != "pass":
             outcome, reason = "indeterminate", f"{OverruledBy.VERIFIER_SETUP}: {setup_problem}"
+        cgroup = agent_cgroup_in(attempt.trial_root)
+        silent = (
+            None if outcome == "indeterminate" else no_model_request(attempt.counts, harbor, cgroup)
+        )
+        if silent is not None:
+            attempt.trial_outcome = outcome
+            outcome, reason = "indeterminate", f"{OverruledBy.NO_MODEL_REQUEST}: {silent}"
         # A pass of a task the lab cannot judge says no more than its fail: both leave the pass
         # rates (a pass kept while a fail is dropped makes the task's rate 100 % by construction);
         # the trial's own verdict stays on the line.
@@ -360,6 +435,7 @@ class CellRunner:
         reconciliation = reconcile(logical, attempt.counts) if logical else None
         if harbor is not None:
             attempt.timer.seconds.update(harbor.phase_seconds(launched_at(attempt.trial_root)))
+        attempt.startup = start_up(harbor, attempt.counts)
         reason += killed
         if reconciliation and reconciliation.problems:
             reason = f"{reason}; accounting: {'; '.join(reconciliation.problems)}"
@@ -417,6 +493,10 @@ class CellRunner:
             egress_refused=attempt.refused_egress,
             trial_outcome=attempt.trial_outcome,
             harbor_process=harbor_process(attempt.trial_root) if attempt.trial_root else None,
+            stand_in=attempt.stand_in,
+            time_to_first_request_seconds=attempt.startup.to_first_request,
+            agent_after_first_request_seconds=attempt.startup.after_first_request,
+            compiled_cache=compiled_cache_in(attempt.trial_root),
         )
 
     def _go_on_after(self, error: Exception, failure: Failure, cell: Cell) -> None:

@@ -34,8 +34,42 @@ WaitingEntry = Annotated[str, Field(pattern=r"^pid \d+ (waiting|not waiting)$")]
 NftEntry = Annotated[str, Field(pattern=r"^(sha256:[0-9a-f]{64}|absent)$")]
 
 
+class Exclusion(FrozenModel):
+    """One thing the live state leaves out: what it applies to, what identifies it (never a
+    name or path pattern a change could take), and why leaving it out hides nothing."""
+
+    applies_to: Literal["process", "unit", "cgroup", "mount", "tmpfs", "neighbour", "manager"]
+    identity: str = Field(min_length=1)
+    reason: str = Field(min_length=1)
+
+
+# The glob exclusions of freezes before #23: read from their manifests (an old freeze is
+# audited as it was made), refused in the scope file (runner/freeze/scope.toml).
+LEGACY_GLOB_FIELDS = (
+    "mount_excludes",
+    "unit_excludes",
+    "process_exe_excludes",
+    "process_cgroup_excludes",
+)
+
+
 class FreezeScope(FrozenModel):
     """What is left out and what is named (see runner/freeze/scope.toml for each field)."""
+
+    LATE_FIELDS = frozenset(
+        {
+            "ssh_session_executable",
+            "ssh_listener_executable",
+            "podman_graph_root",
+            "session_runtime_files",
+            "tmpfs_content_volatile",
+            "manager_volatile",
+            "neighbour_states",
+            "slower_ratio",
+            "slower_min_seconds",
+            "exclusions",
+        }
+    )
 
     disk_excludes: tuple[AbsolutePath, ...]
     task_roots: tuple[AbsolutePath, ...] = ()
@@ -47,6 +81,24 @@ class FreezeScope(FrozenModel):
     process_cgroup_excludes: tuple[str, ...] = ()
     # systemd unit -> the FIFO that exists while its process waits for a cell (warm Harbor).
     waiting_units: dict[str, AbsolutePath] = Field(default_factory=dict)
+    # Identities of what the live state leaves out (runner.freeze.live): SSH's per-connection
+    # server and its listener, by executable and process tree; Podman's storage.
+    ssh_session_executable: AbsolutePath | Literal[""] = ""
+    ssh_listener_executable: AbsolutePath | Literal[""] = ""
+    podman_graph_root: AbsolutePath | Literal[""] = ""
+    # Files of an identified login session on the tmpfs mounts: "{session}" is its logind id.
+    session_runtime_files: tuple[AbsolutePath, ...] = ()
+    # tmpfs files whose contents move (their type, mode and owner are still compared).
+    tmpfs_content_volatile: tuple[AbsolutePath, ...] = ()
+    # systemd manager properties (names; `*` any run) that move by themselves.
+    manager_volatile: tuple[str, ...] = ()
+    # Neighbour table states recorded (the others are the kernel's cache).
+    neighbour_states: tuple[str, ...] = ()
+    # An audit's probe or live reading slower than ``slower_ratio`` x its frozen figure (and
+    # by at least ``slower_min_seconds``) is a drift of class ``slower`` (0: not compared).
+    slower_ratio: float = Field(default=0.0, ge=0)
+    slower_min_seconds: float = Field(default=0.0, ge=0)
+    exclusions: dict[str, Exclusion] = Field(default_factory=dict)
 
 
 class PodmanImage(FrozenModel):
@@ -102,7 +154,18 @@ class DiskSummary(FrozenModel):
         )
 
 
+class SpeedFigures(FrozenModel):
+    """A short fixed probe of the guest's speed (runner.freeze.live.SPEED_COMMAND) and how long
+    reading the live state took: at the freeze, the figures every audit is compared with."""
+
+    cpu_seconds: float = Field(ge=0)
+    disk_seconds: float = Field(ge=0)
+    live_seconds: float = Field(ge=0)
+
+
 class GuestState(FrozenModel):
+    LATE_FIELDS = frozenset({"speed"})
+
     kernel: str
     packages: dict[str, str]
     disk: DiskSummary
@@ -114,6 +177,7 @@ class GuestState(FrozenModel):
     waiting: dict[str, WaitingEntry] = Field(default_factory=dict)
     # runner.freeze.live: category -> key -> value, as its command printed them.
     live: dict[str, dict[str, str]]
+    speed: SpeedFigures | None = None
 
     @classmethod
     def of(
@@ -123,12 +187,14 @@ class GuestState(FrozenModel):
         inventory: DiskInventory,
         observed: Observed,
         scope: FreezeScope,
+        speed: SpeedFigures | None = None,
     ) -> GuestState:
         return cls(
             **collected.model_dump(),
             disk=DiskSummary.of(inventory, observed),
             tasks=task_digests(inventory.entries, scope.task_roots),
             live=live,
+            speed=speed,
         )
 
 
@@ -197,9 +263,13 @@ def listing_digest(files: dict[str, str]) -> str:
 
 
 def default_scope() -> FreezeScope:
-    text = resources.files("runner").joinpath(SCOPE_RESOURCE).read_text()
+    return scope_of(resources.files("runner").joinpath(SCOPE_RESOURCE).read_text())
+
+
+def scope_of(text: str) -> FreezeScope:
+    """A scope file's text as the scope; a glob exclusion (LEGACY_GLOB_FIELDS) is refused."""
     try:
-        return FreezeScope.model_validate(tomllib.loads(text))
+        scope = FreezeScope.model_validate(tomllib.loads(text))
     except (tomllib.TOMLDecodeError, ValidationError) as error:
         detail = (
             describe_validation_error(SCOPE_RESOURCE, error)
@@ -207,3 +277,9 @@ def default_scope() -> FreezeScope:
             else f"{SCOPE_RESOURCE}: {error}"
         )
         raise InputError(detail) from None
+    if globs := [name for name in LEGACY_GLOB_FIELDS if getattr(scope, name)]:
+        raise InputError(
+            f"{SCOPE_RESOURCE}: {', '.join(globs)}: exclusions by glob are gone (a change could "
+            "enter them); name an identity under [exclusions]"
+        )
+    return scope

@@ -23,13 +23,14 @@ from pydantic import ValidationError
 from runner.core.errors import InputError, RunnerError, describe_validation_error
 from runner.core.files import read_model, write_model
 from runner.freeze.inventory import inventory_of, read_disk
-from runner.freeze.live import LIVE_PROBES, parse_lines
+from runner.freeze.live import LIVE_PROBES, SPEED_COMMAND, parse_lines, parse_speed
 from runner.freeze.manifest import (
     Collected,
     FreezeManifest,
     FreezeScope,
     GuestState,
     OracleScore,
+    SpeedFigures,
 )
 from runner.freeze.oracle import oracle_smoke
 from runner.freeze.paths import FreezePaths
@@ -95,6 +96,19 @@ def observe_live(guest: GuestTransport, scope: FreezeScope) -> dict[str, dict[st
             raise RunnerError(f"reading the guest's {probe.category} failed: {last}")
         live[probe.category] = parse_lines(result.stdout)
     return live
+
+
+def measure_speed(guest: GuestTransport, live_seconds: float) -> SpeedFigures:
+    """The speed probe (runner.freeze.live.SPEED_COMMAND), with how long the live state took."""
+    result = guest.exec(f"set -o pipefail; {SPEED_COMMAND}", timeout=300)
+    if not result.ok:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RunnerError(f"the guest's speed probe failed: {last}")
+    try:
+        cpu, disk = parse_speed(result.stdout)
+    except (KeyError, ValueError):
+        raise RunnerError(f"the guest's speed probe printed {result.stdout!r}") from None
+    return SpeedFigures(cpu_seconds=cpu, disk_seconds=disk, live_seconds=round(live_seconds, 3))
 
 
 def warm_harbor_waiting(guest: GuestTransport) -> None:
@@ -185,7 +199,9 @@ def freeze_lab(lab_name: str, scope: FreezeScope, lock_path: Path | None = None)
         warm_harbor_waiting(guest)
         started = time.monotonic()
         collected, _ = collect(guest, scope)
+        live_started = time.monotonic()
         live = observe_live(guest, scope)
+        speed = measure_speed(guest, time.monotonic() - live_started)
         guest_seconds = time.monotonic() - started
         zero_free_memory(guest)
     saved = save_frozen_state(lab)
@@ -204,7 +220,7 @@ def freeze_lab(lab_name: str, scope: FreezeScope, lock_path: Path | None = None)
         lab=lab.lab,
         environment_fingerprint=lab.environment_fingerprint,
         scope=scope,
-        state=GuestState.of(collected, live, inventory, observed, scope),
+        state=GuestState.of(collected, live, inventory, observed, scope, speed),
         tasks=tasks,
         oracle=oracle,
     )

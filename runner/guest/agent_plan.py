@@ -103,6 +103,10 @@ class ContainerPaths:
     def agent_cgroup(self) -> PurePosixPath:
         return AGENT_LOG_DIR / "agent-cgroup.json"
 
+    @property
+    def compiled_cache(self) -> PurePosixPath:
+        return AGENT_LOG_DIR / "compiled-cache.json"
+
 
 CONTAINER = ContainerPaths()
 
@@ -119,6 +123,21 @@ class AgentCgroup(FrozenModel):
     @property
     def cpu_seconds(self) -> float | None:
         return None if self.cpu_usage_usec is None else self.cpu_usage_usec / 1e6
+
+
+# Where jiti (Pi's loader of TypeScript extensions, OpenPI's) keeps its compiled files in the
+# container: the harness tree is read-only, so jiti falls back to the temporary directory.
+COMPILED_CACHE_DIR = '"${TMPDIR:-/tmp}/jiti"'
+
+
+class CompiledCacheReading(FrozenModel):
+    """``compiled-cache.json``, as the run script writes it: how many compiled files the
+    harness's cache held just before the harness started and just after it ended. Entries before
+    it: the cache was warm; none before and some after: compiled cold in the cell; none either
+    way: the harness compiled nothing."""
+
+    entries_before: int = Field(ge=0)
+    entries_after: int = Field(ge=0)
 
 
 class AgentPlan(FrozenModel):
@@ -216,17 +235,38 @@ def run_script(plan: AgentPlan, instruction: str) -> str:
         f"> {CONTAINER.event_log} 2> {CONTAINER.harness_stderr}"
     )
     return _script(
-        plan, f"mkdir -p {CONTAINER.sessions}", *then_record_cgroup(harness, CONTAINER.agent_cgroup)
+        plan,
+        f"mkdir -p {CONTAINER.sessions}",
+        _count_compiled("cache_before"),
+        *then_record_cgroup(harness, CONTAINER.agent_cgroup, after=_compiled_cache_reading()),
     )
 
 
-def then_record_cgroup(command: str, output: PurePosixPath) -> tuple[str, ...]:
+def _count_compiled(variable: str) -> str:
+    """The cache's entries into ``variable``; 0 when there is no cache yet (a cold cell: ls
+    exits 2 there, and under pipefail that would end the script before the harness ran)."""
+    return f"{variable}=$({{ ls -A {COMPILED_CACHE_DIR} 2>/dev/null || true; }} | wc -l)"
+
+
+def _compiled_cache_reading() -> tuple[str, ...]:
+    """After the harness: the compiled cache's entries then, and the reading (never failing)."""
+    return (
+        _count_compiled("cache_after"),
+        'printf \'{"entries_before": %s, "entries_after": %s}\\n\' '
+        f'"$cache_before" "$cache_after" > {CONTAINER.compiled_cache} 2> /dev/null || true',
+    )
+
+
+def then_record_cgroup(
+    command: str, output: PurePosixPath, after: tuple[str, ...] = ()
+) -> tuple[str, ...]:
     """``command``, then the cgroup's reading written to ``output`` (never failing the script),
-    then exit with ``command``'s exit code."""
+    then the ``after`` lines, then exit with ``command``'s exit code."""
     return (
         "harness_status=0",
         f"{command} || harness_status=$?",
         f"( {_cgroup_reading()} ) > {_q(output)} 2> /dev/null || true",
+        *after,
         'exit "$harness_status"',
     )
 
@@ -257,9 +297,15 @@ def bearer_environment(bearer: str) -> dict[str, str]:
     return {BEARER_ENV: bearer}
 
 
+# The shell options every script runs under: Harbor runs an agent's commands as
+# ``set -o pipefail; <command>`` (harbor.agents.installed.base), so the script says so itself
+# and runs the same wherever it is tried (the host's tests run it without Harbor).
+SCRIPT_OPTIONS = "set -euo pipefail"
+
+
 def _script(plan: AgentPlan, *lines: str) -> str:
     """Lines run by ``bash -c`` in the harness's environment."""
-    return "\n".join(["set -eu", *plan.exports, *lines])
+    return "\n".join([SCRIPT_OPTIONS, *plan.exports, *lines])
 
 
 def _q(value: object) -> str:

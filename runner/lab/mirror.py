@@ -5,6 +5,8 @@ Task images build and verifiers set up inside the guest's containers, which reac
 
     /debian/            a flat apt repository (``deb [trusted=yes] URL/debian ./``): Packages and
                         Release made from the resolution's .deb files (``dpkg-deb -f``)
+    /debian/<codename>/ the same of the debs taken from another Debian release (a built base
+                        image of that release has it as its apt source)
     /simple/<project>/  a PEP 503 index of the resolution's wheels, with their sha256
     /files/<wheel>      the wheels
 
@@ -24,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import html
 import os
 import re
@@ -46,22 +47,24 @@ from pydantic import Field
 
 from runner.cache.paths import CachePaths
 from runner.cache.store import ArtifactStore
+from runner.core.apt_index import DebFile, packages_index, release_file
 from runner.core.errors import RunnerError
 from runner.core.files import read_model
 from runner.core.models import FrozenModel
 from runner.core.signals import take_sigterm
 from runner.lab.state import LabPaths, load_lab_state
+from runner.spec.base_images import DEBIAN_RELEASES
 from runner.spec.resolution import PinnedArtifact, Resolution
 
 # apt asks for these on every update; the mirror has only Release and Packages.
 _APT_OPTIONAL = re.compile(r"^(InRelease|Release\.gpg|Packages\.\w+|.*Translation-.*|by-hash/.*)$")
 _NORMALIZE = re.compile(r"[-_.]+")
 READY_SECONDS = 30.0
-RELEASE_DATE = "Thu, 01 Jan 1970 00:00:00 UTC"
 _CONTENT_TYPES = {"index:simple": "text/html", "pypi": "text/html", "index": "text/plain"}
 # What the mirror serves of a resolution: the guest's debs (an apt-get in a task image finds
-# them too), the wheels, and what task builds recorded (runner.artifacts.recording).
-DEB_KINDS = ("deb", "build-deb")
+# them too), the built base images' (with what the verifiers' apt-get needs on them), the wheels,
+# and what task builds recorded (runner.artifacts.recording).
+DEB_KINDS = ("deb", "base-deb", "build-deb")
 SERVED_KINDS = (*DEB_KINDS, "wheel", "verifier-wheel", "build-python")
 
 
@@ -107,6 +110,9 @@ class FrozenSet:
     files: dict[str, PinnedArtifact]
     packages_index: bytes
     projects: dict[str, tuple[PinnedArtifact, ...]]
+    # Another Debian release's index (/debian/<codename>/): only the debs taken from it, for a
+    # built base image of that release (images.base), never the guest suite's.
+    suite_indexes: dict[str, bytes]
 
     @classmethod
     def of(
@@ -118,7 +124,8 @@ class FrozenSet:
             if artifact.kind in SERVED_KINDS and project_name(artifact.name) not in withhold
         ]
         debs = [artifact for artifact in kept if artifact.kind in DEB_KINDS]
-        packages = _packages_index(debs, store)
+        other_releases = [suite for suite in DEBIAN_RELEASES if suite != resolution.suite]
+        packages = _packages_index([d for d in debs if d.suite not in other_releases], store)
         projects: dict[str, list[PinnedArtifact]] = {}
         for artifact in kept:
             if artifact.kind not in DEB_KINDS:
@@ -127,32 +134,21 @@ class FrozenSet:
             files={artifact.filename: artifact for artifact in kept},
             packages_index=packages,
             projects={name: tuple(items) for name, items in projects.items()},
+            suite_indexes={
+                suite: _packages_index([deb for deb in debs if deb.suite == suite], store)
+                for suite in other_releases
+            },
         )
 
 
 def _packages_index(debs: list[PinnedArtifact], store: ArtifactStore) -> bytes:
-    stanzas = []
-    for deb in sorted(debs, key=lambda artifact: artifact.filename):
-        control = subprocess.run(
-            ["dpkg-deb", "-f", str(store.blob(deb.sha256))],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        stanzas.append(
-            f"{control}\nFilename: ./{deb.filename}\nSize: {deb.size}\n"
-            f"SHA256: {deb.sha256.removeprefix('sha256:')}\n"
-        )
-    return "\n".join(stanzas).encode()
+    return packages_index(
+        DebFile(store.blob(deb.sha256), deb.filename, deb.size, deb.sha256) for deb in debs
+    )
 
 
 def _release(packages: bytes) -> bytes:
-    digest = hashlib.sha256(packages).hexdigest()
-    # apt wants a Date; the index's own is fixed, so the same set gives the same bytes.
-    return (
-        "Origin: frozen-bench\nLabel: frozen-bench lab mirror\nSuite: frozen\nCodename: frozen\n"
-        f"Date: {RELEASE_DATE}\nSHA256:\n {digest} {len(packages)} Packages\n"
-    ).encode()
+    return release_file(packages, "frozen", "frozen-bench lab mirror")
 
 
 class MirrorLog:
@@ -264,7 +260,11 @@ class MirrorServer(ThreadingHTTPServer):
             return self.packages_index, "index:Packages", False
         if name == "Release":
             return self.release, "index:Release", False
-        if _APT_OPTIONAL.match(name):
+        suite, _, file = name.partition("/")
+        if suite in self.frozen.suite_indexes and file in ("Packages", "Release"):
+            index = self.frozen.suite_indexes[suite]
+            return (index if file == "Packages" else _release(index)), f"index:{name}", False
+        if _APT_OPTIONAL.match(file if suite in self.frozen.suite_indexes else name):
             return None, f"index:{name}", False
         return self._file(name, "deb")
 

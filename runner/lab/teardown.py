@@ -69,6 +69,49 @@ def _remove_pool(conn: libvirt.virConnect, name: str) -> list[str]:
     return removed
 
 
+def _pool_directory_gone(pool: libvirt.virStoragePool) -> bool:
+    """Whether a pool's directory is gone on its hypervisor: libvirt cannot start or list it."""
+    try:
+        if pool.isActive():
+            pool.refresh(0)
+        else:
+            pool.create(0)
+    except libvirt.libvirtError:
+        return True
+    return False
+
+
+def _domain_disk_gone(conn: libvirt.virConnect, domain: libvirt.virDomain) -> bool:
+    """Whether a lab domain's disk is gone (no volume of that path on its hypervisor)."""
+    root = ET.fromstring(domain.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+    disk = root.find("devices/disk/source")
+    path = "" if disk is None else disk.get("file", "")
+    if not path:
+        return False
+    try:
+        conn.storageVolLookupByPath(path)
+    except libvirt.libvirtError:
+        return True
+    return False
+
+
+def remove_orphaned_lab(lab: str, uri: str) -> list[str]:
+    """Remove lab ``lab``'s domain and pool when what they stand on is gone: the pool's directory
+    (a checkout or cache removed while libvirt kept its definitions), or the lab domain's disk.
+    Nothing of such a lab can be used again, and a deploy would trip over it. A lab whose files
+    are still there is left alone (it may be another checkout's). Returns what was removed."""
+    conn = virt.connect(uri)
+    name = libvirt_name(lab)
+    pool = virt.find_pool(conn, name)
+    domain = virt.find_domain(conn, name)
+    if domain is not None and virt.lab_metadata(domain, live=False) is None:
+        return []  # not ours: the deploy's domain operation refuses it in one line
+    orphaned = (pool is not None and _pool_directory_gone(pool)) or (
+        domain is not None and _domain_disk_gone(conn, domain)
+    )
+    return _remove_domain(conn, name) + _remove_pool(conn, name) if orphaned else []
+
+
 def _recorded_uri(paths: LabPaths) -> str | None:
     """lab.json's libvirt URI; None when there is none or it no longer validates (an older
     schema, say): teardown must still work then."""

@@ -14,6 +14,7 @@ from pydantic import Field
 
 from runner.core.errors import InputError
 from runner.core.models import FrozenModel
+from runner.spec.seeded import SEEDED_MODEL, SeededDraws
 
 PROVIDER_MARKER = "offline-scripted"
 
@@ -116,6 +117,46 @@ def _bash(command: str) -> ToolCall:
     return ToolCall(tool="bash", arguments={"command": command})
 
 
+# The seeded stand-in's exploratory turns, played in this order (the n-th turn the n-th,
+# cycling): each a harmless look at the task's working directory, as a model's first turns are.
+# Nothing is written there (pytest without its cache), so the verifier judges the same tree.
+EXPLORATION: tuple[tuple[str, str], ...] = (
+    ("Listing the working directory.", "pwd; ls -la"),
+    ("Looking for the files that matter.", "find . -maxdepth 2 -not -path '*/.git/*' | head -n 60"),
+    (
+        "Reading the first files.",
+        "for f in $(find . -maxdepth 2 -type f -not -path '*/.git/*' | sort | head -n 3); do "
+        'echo "== $f"; head -n 20 "$f"; done',
+    ),
+    (
+        "Running the tests there are.",
+        "(python3 -m pytest -q -x -p no:cacheprovider 2>&1 || true) | tail -n 15",
+    ),
+    ("Checking the tools at hand.", "command -v python3 git sqlite3 curl || true; uname -m"),
+)
+
+
+def exploratory_turns(count: int) -> tuple[Turn, ...]:
+    """``count`` exploratory turns, one harmless bash call each."""
+    return tuple(
+        Turn(text=text, tool_calls=(_bash(command),))
+        for text, command in (EXPLORATION[n % len(EXPLORATION)] for n in range(count))
+    )
+
+
+def seeded(task_dir: Path, draws: SeededDraws) -> ProviderScript:
+    """The seeded STAND-IN for a model (runner.spec.seeded): the cell's drawn exploratory turns,
+    then the task's reference solution, or the wrong answer when that was drawn."""
+    played = wrong_answer(task_dir) if draws.wrong_answer else reference_solution(task_dir)
+    answer = "wrong-answer" if draws.wrong_answer else "reference-solution"
+    return played.model_copy(
+        update={
+            "name": f"seeded-stand-in:{answer}:{draws.exploratory_turns}-turns:{task_dir.name}",
+            "turns": exploratory_turns(draws.exploratory_turns) + played.turns,
+        }
+    )
+
+
 # The lock's model name (models.model) picks the script of every cell of a scripted batch.
 SCRIPTS_BY_MODEL = {
     "reference-solution": reference_solution,
@@ -125,10 +166,16 @@ SCRIPTS_BY_MODEL = {
 }
 
 
-def script_for(model_name: str, task_dir: Path) -> ProviderScript:
+def script_for(model_name: str, task_dir: Path, draws: SeededDraws | None = None) -> ProviderScript:
+    """The script of a cell of the scripted model ``model_name``; the seeded stand-in's needs
+    the cell's ``draws`` (``runner.spec.seeded.seeded_draws``)."""
+    if model_name == SEEDED_MODEL:
+        if draws is None:
+            raise InputError(f"scripted model '{SEEDED_MODEL}' needs the cell's draws")
+        return seeded(task_dir, draws)
     try:
         build = SCRIPTS_BY_MODEL[model_name]
     except KeyError:
-        known = ", ".join(sorted(SCRIPTS_BY_MODEL))
+        known = ", ".join(sorted([*SCRIPTS_BY_MODEL, SEEDED_MODEL]))
         raise InputError(f"scripted model '{model_name}' is unknown (known: {known})") from None
     return build(task_dir)

@@ -26,11 +26,13 @@ from runner.core.canonical import canonical_json, file_digest, sha256_digest
 from runner.core.errors import InputError, RunnerError, describe_validation_error
 from runner.core.files import read_model, write_model
 from runner.core.models import FailureClass, FrozenModel, Sha256
+from runner.guest.agent_plan import CompiledCacheReading
 from runner.guest.warm_harbor import HarborProcess
 from runner.lab.egress import RefusedEgress
 from runner.records.paths import RunPaths
 from runner.records.prompt import PromptFootprint
 from runner.records.schedule import Cell, Schedule
+from runner.spec.seeded import SeededDraws
 
 Outcome = Literal["pass", "fail", "indeterminate"]
 
@@ -81,6 +83,10 @@ class LedgerLine(FrozenModel):
             "host",
             "unsent_posts",
             "trial_outcome",
+            "stand_in",
+            "time_to_first_request_seconds",
+            "agent_after_first_request_seconds",
+            "compiled_cache",
         }
     )
 
@@ -138,6 +144,18 @@ class LedgerLine(FrozenModel):
     # not score 1 at the freeze). None: not overruled, or a line from before it was kept, when
     # only a fail was overruled.
     trial_outcome: Outcome | None = None
+    # What the seeded stand-in model drew for the cell (runner.spec.seeded): a reviewer
+    # recomputes it from the lock's model and the cell id. None: another model, or older lines.
+    stand_in: SeededDraws | None = None
+    # Start-up apart from work: from the start of Harbor's agent phase (the guest's clock, set
+    # from the host's at every reset) to the first model request the proxy logged (the host's
+    # clock), and from that request to the agent phase's end. None: not recorded (no request,
+    # no agent phase, or older lines).
+    time_to_first_request_seconds: float | None = None
+    agent_after_first_request_seconds: float | None = None
+    # The harness's compiled cache (jiti's) just before and after it ran in the cell: whether
+    # it was warm (runner.guest.agent_plan.CompiledCacheReading). None: not recorded.
+    compiled_cache: CompiledCacheReading | None = None
 
     @model_validator(mode="after")
     def _unattributed_matches_counts(self) -> LedgerLine:

@@ -29,8 +29,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.cells.cell import OverruledBy
-from runner.cells.classify import DEADLINE_REASON, classify
+from runner.cells.accounting import agent_cgroup_in
+from runner.cells.cell import OverruledBy, no_model_request
+from runner.cells.classify import DEADLINE_REASON, HarborTrialResult, classify
 from runner.cells.verifier_setup import verifier_setup_problem
 from runner.core.archives import UnsafeArchive
 from runner.core.canonical import file_digest
@@ -38,6 +39,7 @@ from runner.core.errors import InputError, RunnerError
 from runner.core.files import read_model
 from runner.freeze.manifest import FreezeManifest
 from runner.lab.mirror import MirrorRequest
+from runner.proxy import ProxyCellCounts
 from runner.records.ledger import Ledger, LedgerChain, LedgerLine, Outcome, chain_seed, check_chain
 from runner.records.paths import RunPaths
 from runner.records.schedule import Schedule
@@ -55,8 +57,13 @@ from runner.run.signing import PublicKey, verify
 
 # What the cell runner may have overruled, by what the trial says (runner/cells/cell.py).
 _OVERRULED: dict[Outcome, tuple[OverruledBy, ...]] = {
-    "pass": (OverruledBy.ENDED_EARLY, OverruledBy.UNJUDGED),
-    "fail": (OverruledBy.ENDED_EARLY, OverruledBy.VERIFIER_SETUP, OverruledBy.UNJUDGED),
+    "pass": (OverruledBy.ENDED_EARLY, OverruledBy.NO_MODEL_REQUEST, OverruledBy.UNJUDGED),
+    "fail": (
+        OverruledBy.ENDED_EARLY,
+        OverruledBy.VERIFIER_SETUP,
+        OverruledBy.NO_MODEL_REQUEST,
+        OverruledBy.UNJUDGED,
+    ),
     "indeterminate": (),
 }
 
@@ -298,6 +305,13 @@ def check_outcome(paths: RunPaths, line: LedgerLine, freeze: FreezeManifest | No
                 f"cells.jsonl: {line.cell_id} says {line.reason!r}, its trial and mirror log "
                 f"say {problem or 'the verifier set up'}"
             )
+    if overruled == OverruledBy.NO_MODEL_REQUEST:
+        silent = _no_model_request(paths, line, harbor)
+        if line.reason != f"{OverruledBy.NO_MODEL_REQUEST}: {silent}":
+            raise ArchiveBroken(
+                f"cells.jsonl: {line.cell_id} says {line.reason!r}, its trial and proxy record "
+                f"say {silent or 'the harness asked its model or ended well'}"
+            )
     if overruled == OverruledBy.UNJUDGED and freeze is not None:
         score = next((score for score in freeze.oracle if score.task == line.task), None)
         if score is None or score.judges:
@@ -306,6 +320,14 @@ def check_outcome(paths: RunPaths, line: LedgerLine, freeze: FreezeManifest | No
                 f"cells.jsonl: {line.cell_id} says task {line.task} is unjudged, the freeze "
                 f"manifest's oracle of it {said}"
             )
+
+
+def _no_model_request(
+    paths: RunPaths, line: LedgerLine, harbor: HarborTrialResult | None
+) -> str | None:
+    counts_path = paths.proxy_counts(line.cell_id)
+    counts = read_model(counts_path, ProxyCellCounts) if counts_path.is_file() else None
+    return no_model_request(counts, harbor, agent_cgroup_in(paths.trial(line.cell_id)))
 
 
 def _requests(paths: RunPaths, line: LedgerLine) -> tuple[MirrorRequest, ...]:

@@ -41,7 +41,7 @@ from runner.run.analysis import (
 )
 from runner.run.failure_summary import FailureClasses, failure_classes
 from runner.run.requests import HarnessRequests, requests_by_harness
-from runner.spec.lock import Lock, Placement
+from runner.spec.lock import DEFAULT_COMPILED_CACHE, CompiledCache, Lock, Placement
 
 Status = Literal["completed", "completed_with_indeterminate", "failed_closed"]
 Stage = Literal["preflight", "cells", "finish"]  # the stages of an execute
@@ -51,6 +51,12 @@ _STATUS_ORDER: tuple[Status, ...] = ("completed", "completed_with_indeterminate"
 SCRIPTED_PROVIDER_NOTE = (
     "Model answers came from the OFFLINE SCRIPTED PROVIDER (a stand-in that plays reference "
     "solutions or scripted failures), not from a real model."
+)
+SEEDED_STAND_IN_NOTE = (
+    " Its seeded stand-in (models {models}) draws per cell, from the lock's seed and the cell's "
+    "id, a number of exploratory turns before the reference solution and, with the lock's "
+    "probability, a wrong answer instead: its variation is drawn, not a model's; each cell's "
+    "draws are on its ledger line."
 )
 
 
@@ -175,8 +181,71 @@ def placement_of(lock: Lock, lines: Iterable[LedgerLine]) -> PlacementReceipt:
     return PlacementReceipt(allowed=lock.placement, held=held, hosts_by_batch=by_batch)
 
 
+# What a cell's compiled-cache reading (runner.guest.agent_plan.CompiledCacheReading) says held:
+# warm (entries before the harness ran), cold (none before, compiled in the cell), nothing
+# compiled (none either way); a harness's cells that disagree are mixed.
+CacheHeld = Literal["warm", "cold", "nothing compiled", "mixed", "not recorded"]
+
+
+class CompiledCacheReceipt(FrozenModel):
+    """A harness's compiled caches: what the lock asked (``default``: the lock left it at its
+    default, DEFAULT_COMPILED_CACHE) and what its cells' readings say held."""
+
+    harness: str
+    asked: CompiledCache
+    default: bool
+    held: CacheHeld
+    cells_recorded: int = Field(ge=0)
+
+    @property
+    def contradicts(self) -> bool:
+        """The cells held other caches than the lock froze (nothing compiled agrees with any)."""
+        return self.held in {"warm", "cold", "mixed"} and self.held != self.asked
+
+    @property
+    def line(self) -> str:
+        default = f" (the default, {DEFAULT_COMPILED_CACHE})" if self.default else ""
+        recorded = f"{self.cells_recorded} cells recorded"
+        return f"asked {self.asked}{default}; held {self.held} ({recorded})"
+
+
+def _cell_cache(line: LedgerLine) -> CacheHeld | None:
+    reading = line.compiled_cache
+    if reading is None:
+        return None
+    if reading.entries_before:
+        return "warm"
+    return "cold" if reading.entries_after else "nothing compiled"
+
+
+def compiled_caches(lock: Lock, lines: Iterable[LedgerLine]) -> tuple[CompiledCacheReceipt, ...]:
+    """Per harness of the lock, the compiled caches asked and held over its cells' readings."""
+    lines = list(lines)
+    found = []
+    for harness in lock.harnesses:
+        held = [
+            cache
+            for line in lines
+            if line.harness == harness.id and (cache := _cell_cache(line)) is not None
+        ]
+        kinds = set(held)
+        summary: CacheHeld = (
+            "not recorded" if not kinds else kinds.pop() if len(kinds) == 1 else "mixed"
+        )
+        found.append(
+            CompiledCacheReceipt(
+                harness=harness.id,
+                asked=harness.compiled_cache,
+                default="compiled_cache" not in harness.model_fields_set,
+                held=summary,
+                cells_recorded=len(held),
+            )
+        )
+    return tuple(found)
+
+
 class Receipt(FrozenModel):
-    LATE_FIELDS = frozenset({"ledger_chain", "frozen", "signed_by", "placement"})
+    LATE_FIELDS = frozenset({"ledger_chain", "frozen", "signed_by", "placement", "compiled_caches"})
 
     schema_version: Literal[1] = 1
     status: Status
@@ -190,6 +259,8 @@ class Receipt(FrozenModel):
     frozen: FrozenDigests | None = None
     signed_by: str | None = Field(default=None, description="the operator's SSH public key")
     placement: PlacementReceipt | None = None  # None only in receipts written before it
+    # Per harness, the compiled caches asked and held; None in receipts written before it.
+    compiled_caches: tuple[CompiledCacheReceipt, ...] | None = None
 
 
 def totals(lines: Iterable[LedgerLine]) -> Totals:
@@ -292,8 +363,16 @@ def identities(lock: Lock, schedule: Schedule) -> Identities:
         },
         task_source=lock.tasks.git or f"local:{lock.tasks.path}",
         task_revision=lock.tasks.commit,
-        provider_note=SCRIPTED_PROVIDER_NOTE if scripted else None,
+        provider_note=provider_note(lock) if scripted else None,
     )
+
+
+def provider_note(lock: Lock) -> str:
+    """The stand-in's note: the scripted provider, and its seeded models when the lock has any."""
+    seeded = [model.id for model in lock.models if model.seeded is not None]
+    if not seeded:
+        return SCRIPTED_PROVIDER_NOTE
+    return SCRIPTED_PROVIDER_NOTE + SEEDED_STAND_IN_NOTE.format(models=", ".join(seeded))
 
 
 def build_receipt(
@@ -317,6 +396,12 @@ def build_receipt(
     unknown = {line.cell_id for line in lines} - {cell.id for cell in schedule.cells}
     if unknown:
         run_reasons.append(f"{len(unknown)} ledger lines name cells not in the schedule")
+    caches = compiled_caches(lock, lines)
+    run_reasons += [
+        f"harness {cache.harness}: compiled caches {cache.line}"
+        for cache in caches
+        if cache.contradicts
+    ]
     batches = tuple(
         batch_receipt(lock, batch, lines, tuple(run_reasons), records or {})
         for batch in schedule.batches
@@ -332,4 +417,5 @@ def build_receipt(
         batches=batches,
         failure_classes=failure_classes(lock, schedule, lines),
         placement=placement_of(lock, lines),
+        compiled_caches=caches,
     )

@@ -596,6 +596,24 @@ def _requests_section(groups: tuple[HarnessRequests, ...]) -> list[Block]:
     ]
 
 
+_START_UP_CAPTION: Text = (
+    "Per cell, Harbor's agent phase split at the cell's first model request: from the phase's "
+    "start (the guest's clock, set from the host's at every reset) to the first request the "
+    "credential proxy logged (the host's clock), the harness's start-up; and from that request "
+    "to the phase's end, the agent's work. Median [IQR] (min-max).",
+)
+
+
+def _start_up_section(groups: tuple[HarnessRequests, ...]) -> list[Block]:
+    if not any(group.start_up for group in groups):
+        return []
+    return [
+        Heading(3, ("Start-up apart from work per harness",)),
+        Paragraph(_START_UP_CAPTION),
+        _figures_table(groups, lambda group: group.start_up),
+    ]
+
+
 def batch_heading(batch: BatchReceipt) -> Heading:
     return Heading(2, ("Batch ", Code(batch.batch), f": {batch.model}"))
 
@@ -635,6 +653,7 @@ def _batch_section(batch: BatchReceipt) -> list[Block]:
         blocks += _stats_section(batch.stats, labels)
     if batch.requests is not None:
         blocks += _requests_section(batch.requests)
+        blocks += _start_up_section(batch.requests)
     return blocks
 
 
@@ -651,6 +670,10 @@ def _identity_table(receipt: Receipt) -> Table:
         ("credential scan", receipt.credential_scan),
         ("final verify", receipt.final_verify),
         ("placement", receipt.placement.line if receipt.placement else "not recorded"),
+        *(
+            (f"harness {cache.harness} compiled cache", cache.line)
+            for cache in receipt.compiled_caches or ()
+        ),
         *_evidence_rows(receipt),
     ]
     return table([("frozen identity", L), ("value", L)], rows)

@@ -20,7 +20,7 @@ from runner.run import stats
 from runner.run.stats import Spread
 from runner.spec.lock import Lock
 
-Source = Literal["provider", "proxy", "agent cgroup"]
+Source = Literal["provider", "proxy", "agent cgroup", "agent phase and proxy"]
 Per = Literal["request", "cell"]
 
 
@@ -39,12 +39,16 @@ class Figure(FrozenModel):
 
 
 class HarnessRequests(FrozenModel):
+    LATE_FIELDS = frozenset({"start_up"})
+
     harness: str
     label: str
     cells: int
     requests: int  # physical POSTs in the proxy records read
     provider_reported: tuple[Figure, ...]
     measured: tuple[Figure, ...]
+    # Start-up apart from work per cell (start_up_figures); () in receipts written before it.
+    start_up: tuple[Figure, ...] = ()
 
 
 # Who may have a value: a forwarded POST for bytes and latency, a 2xx answer for usage.
@@ -132,6 +136,31 @@ def _memory_mib(line: LedgerLine) -> float | None:
     return None if peak is None else peak / 2**20
 
 
+def start_up_figures(lines: list[LedgerLine]) -> tuple[Figure, Figure]:
+    """Start-up apart from work, per cell: the agent phase's start to the first model request,
+    and the agent's time after it (runner.cells.cell.start_up)."""
+    return (
+        _cell_figure(
+            START_UP_FIGURE,
+            "agent phase and proxy",
+            "s",
+            lambda line: line.time_to_first_request_seconds,
+            lines,
+        ),
+        _cell_figure(
+            WORK_FIGURE,
+            "agent phase and proxy",
+            "s",
+            lambda line: line.agent_after_first_request_seconds,
+            lines,
+        ),
+    )
+
+
+START_UP_FIGURE = "agent start to first request"
+WORK_FIGURE = "agent after first request"
+
+
 def harness_requests(
     harness: str, label: str, lines: list[LedgerLine], records: list[ProxyCellCounts]
 ) -> HarnessRequests:
@@ -153,6 +182,7 @@ def harness_requests(
         requests=sum(len(physical_posts(record)) for record in records),
         provider_reported=tuple(_token_figure(field, records) for field in USAGE_SPLIT),
         measured=measured,
+        start_up=start_up_figures(lines),
     )
 
 

@@ -26,6 +26,8 @@ from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.errors import RunnerError
 from runner.core.files import read_toml_model
 from runner.core.models import SHA256_PATTERN, FailureClass, FrozenModel, Slug
+from runner.spec.base_images import BUILD, BaseRecipe, base_recipe
+from runner.spec.seeded import SEEDED_MODEL, SeededModel
 
 SCHEMA_VERSION: Literal[1] = 1
 
@@ -159,8 +161,18 @@ class Tools(FrozenModel):
     LATE_FIELDS = frozenset({"python_index"})
 
 
+# A harness's compiled caches (OpenPI's jiti cache of its TypeScript extensions):
+#   cold  every cell compiles them afresh (each cell's container starts from the frozen image,
+#         the harness tree read-only): the default, what every lock without the field ran;
+#   warm  compiled once at provisioning and frozen with the guest.
+CompiledCache = Literal["cold", "warm"]
+DEFAULT_COMPILED_CACHE: CompiledCache = "cold"
+
+
 class Harness(FrozenModel):
     """One coding-agent harness: its CLI package, its runtime and any Pi packages on top."""
+
+    LATE_FIELDS = frozenset({"compiled_cache"})
 
     id: Slug
     label: str = Field(min_length=1)
@@ -168,6 +180,8 @@ class Harness(FrozenModel):
     runtime: Literal["node", "bun"]
     package: PinnedPackage
     extensions: tuple[PinnedPackage, ...] = ()
+    # Part of the environment inputs: a guest frozen with warm caches is another guest.
+    compiled_cache: CompiledCache = DEFAULT_COMPILED_CACHE
 
 
 class VerifierTools(FrozenModel):
@@ -222,6 +236,12 @@ def registry_image(value: str) -> tuple[str, str] | None:
 
 def _check_base_images(value: dict[str, str]) -> dict[str, str]:
     for from_name, image in value.items():
+        if image == BUILD and base_recipe(from_name) is None:
+            raise ValueError(
+                f"{from_name} = {BUILD!r}: no recipe reads this name (built: debian:<release>, "
+                "ubuntu:<version>, python:<X.Y>[-slim][-<codename>]); map it to a registry "
+                "image pinned by digest or a local image"
+            )
         if "@" in image and registry_image(image) is None:
             raise ValueError(
                 f"{from_name} = {image!r}: a registry image must be "
@@ -274,10 +294,22 @@ class TaskSource(FrozenModel):
 
     @property
     def local_images(self) -> dict[str, str]:
-        """FROM name -> local image: the base images the guest makes itself."""
+        """FROM name -> local image: the substitutes the guest makes from its own userland."""
         return {
-            name: image for name, image in self.base_images.items() if registry_image(image) is None
+            name: image
+            for name, image in self.base_images.items()
+            if image != BUILD and registry_image(image) is None
         }
+
+    @property
+    def built_images(self) -> tuple[tuple[BaseRecipe, tuple[str, ...]], ...]:
+        """Each image the project builds (``"build"``), with the FROM names read as it."""
+        names: dict[BaseRecipe, list[str]] = {}
+        for from_name, image in self.base_images.items():
+            recipe = base_recipe(from_name) if image == BUILD else None
+            if recipe is not None:
+                names.setdefault(recipe, []).append(from_name)
+        return tuple(sorted(((r, tuple(n)) for r, n in names.items()), key=lambda x: x[0].id))
 
     @field_validator("ids")
     @classmethod
@@ -304,7 +336,7 @@ class TaskSource(FrozenModel):
 class Model(FrozenModel):
     """A model endpoint. ``key_env`` is the NAME of the host variable holding the key."""
 
-    LATE_FIELDS = frozenset({"ca_bundle"})
+    LATE_FIELDS = frozenset({"ca_bundle", "seeded"})
 
     id: Slug
     provider: Slug
@@ -331,10 +363,26 @@ class Model(FrozenModel):
             )
         return value
 
+    # The seeded stand-in's parameters (runner.spec.seeded): only, and always, for the
+    # scripted model "seeded".
+    seeded: SeededModel | None = None
+
     @model_validator(mode="after")
     def _ca_bundle_only_for_https(self) -> Model:
         if self.ca_bundle is not None and not self.base_url.startswith("https://"):
             raise ValueError("ca_bundle is only for an https:// base_url")
+        return self
+
+    @model_validator(mode="after")
+    def _seeded_only_for_the_seeded_stand_in(self) -> Model:
+        seeded_stand_in = self.is_scripted and self.model == SEEDED_MODEL
+        if seeded_stand_in and self.seeded is None:
+            raise ValueError(f"the scripted model '{SEEDED_MODEL}' needs its 'seeded' table")
+        if self.seeded is not None and not seeded_stand_in:
+            raise ValueError(
+                f"'seeded' is only for the scripted model '{SEEDED_MODEL}' "
+                f"(base_url {SCRIPTED_SCHEME}...)"
+            )
         return self
 
     @property

@@ -33,7 +33,7 @@ from runner.spec.lock import Lock, load_lock
 # rest, recorded from the build itself (runner.artifacts.recording); never installed in the guest.
 ArtifactKind = Literal[
     "deb", "wheel", "verifier-wheel", "npm", "node-binary", "bun-binary", "oci-image",
-    "build-deb", "build-python",
+    "build-deb", "build-python", "base-deb",
 ]  # fmt: skip
 BUILD_KINDS: tuple[ArtifactKind, ...] = ("build-deb", "build-python")
 
@@ -41,7 +41,7 @@ BUILD_KINDS: tuple[ArtifactKind, ...] = ("build-deb", "build-python")
 class PinnedArtifact(FrozenModel):
     """One file the guest installs, as fetched from its source and kept in the artifact store."""
 
-    LATE_FIELDS = frozenset({"suite", "tasks"})
+    LATE_FIELDS = frozenset({"suite", "tasks", "images"})
 
     kind: ArtifactKind
     name: str = Field(min_length=1)
@@ -57,6 +57,9 @@ class PinnedArtifact(FrozenModel):
     suite: Slug | None = Field(default=None, description="deb: the suite it was taken from")
     tasks: tuple[Slug, ...] = Field(
         default=(), description="build-*: the tasks whose image build took this file"
+    )
+    images: tuple[str, ...] = Field(
+        default=(), description="base-deb: the built base images (images.base) made of it"
     )
 
     @property

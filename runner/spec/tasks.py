@@ -17,7 +17,14 @@ from pathlib import Path
 from pydantic import Field
 
 from runner.core.models import FrozenModel, Sha256, Slug
-from runner.spec.base_images import BaseImageUse, local_substitute_use, registry_image_use
+from runner.spec.base_images import (
+    BUILD,
+    BaseImageUse,
+    base_recipe,
+    built_image_use,
+    local_substitute_use,
+    registry_image_use,
+)
 from runner.spec.lock import TaskSource, registry_image
 from runner.spec.task_config import TaskSettings, read_task_settings
 
@@ -101,7 +108,10 @@ def _base_image_uses(task: Path, source: TaskSource, suite: str) -> tuple[BaseIm
         image = source.base_images.get(name)
         if image is None or image == name:
             continue
-        if registry_image(image) is not None:
+        recipe = base_recipe(name) if image == BUILD else None
+        if recipe is not None:
+            uses.append(built_image_use(name, recipe))
+        elif registry_image(image) is not None:
             uses.append(registry_image_use(name, image))
         else:
             uses.append(local_substitute_use(name, image, suite))

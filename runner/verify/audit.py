@@ -16,7 +16,10 @@ ansible-runner private data dir kept as evidence::
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sys
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -28,11 +31,18 @@ import yaml
 
 from runner.core.errors import RunnerError
 from runner.core.files import write_atomic, write_model
+from runner.freeze.live import LATE_CATEGORIES, LIVE_PROBES, parse_speed
 from runner.freeze.manifest import FreezeManifest
 from runner.freeze.record import load_freeze
 from runner.lab.state import LabState
 from runner.verify.disk import DiskCheck, audit_disk, lab_disk
-from runner.verify.playbook import CHECK_TASK_PREFIX, HOST_GROUP, build_playbook
+from runner.verify.playbook import (
+    CHECK_TASK_PREFIX,
+    HOST_GROUP,
+    OBSERVE_TASK_PREFIX,
+    SPEED_TASK,
+    build_playbook,
+)
 from runner.verify.report import Drift, VerifyReport
 
 PLAYBOOK = "verify.yml"
@@ -110,15 +120,22 @@ def audit(
         ident=ident,
         playbook=PLAYBOOK,
         cmdline="--check",
-        envvars=_ANSIBLE_ENV,
+        envvars={**_ANSIBLE_ENV, "PATH": _path_with_ansible()},
         quiet=True,
         # Without one, ansible-runner installs its own SIGTERM and SIGINT handlers and leaves them
         # (ansible_runner.utils.signal_handler): after the first audit, a SIGTERM or Ctrl-C only
         # set its flag, and `runner execute` ran on (runner/core/signals.py keeps ours).
         cancel_callback=_not_cancelled,
     )
-    checks, drifts = judge(list(result.events))
-    if result.status != "successful" and not drifts:
+    events = list(result.events)
+    ran = any(event.get("event") == "playbook_on_start" for event in events)
+    checks, drifts = judge(events)
+    drifts.extend(unrecorded(manifest))
+    if ran:
+        speed_checks, slower = compare_speed(manifest, events)
+        checks.extend(speed_checks)
+        drifts.extend(slower)
+    if (result.status != "successful" and not drifts) or not ran:
         drifts.append(Drift(check="ansible:run", expected="successful", found=str(result.status)))
     report = VerifyReport(
         lab=manifest.lab,
@@ -132,7 +149,19 @@ def audit(
         disk_seconds=disk_seconds,
     )
     write_model(private / REPORT, report)
+    if not ran:
+        # The audit's own tool failed: not a drift of the guest, and not to be read as one.
+        printed = private / "artifacts" / ident / "stdout"
+        lines = printed.read_text(errors="replace").split("\n") if printed.is_file() else []
+        said = next((line for line in reversed(lines) if line.strip()), str(result.status))
+        raise RunnerError(f"the audit could not run ansible-playbook ({said}): {private}")
     return report
+
+
+def _path_with_ansible() -> str:
+    """PATH with the venv's own bin first (beside this interpreter): a runner started by its
+    full path finds the ansible-playbook installed with it, as one on PATH does."""
+    return os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))
 
 
 def audit_lab(lab: LabState, evidence_dir: Path) -> VerifyReport:
@@ -168,6 +197,70 @@ def judge(events: Iterable[dict[str, Any]]) -> tuple[list[str], list[Drift]]:
             kind == "runner_on_failed" and not data.get("ignore_errors")
         ):
             drifts.append(Drift(check=f"ansible:{task}", expected="ok", found=_message(result)))
+    return checks, drifts
+
+
+def unrecorded(manifest: FreezeManifest) -> list[Drift]:
+    """A live category the freeze did not record (made before the category existed): one drift
+    each, never a comparison with nothing."""
+    return [
+        Drift(
+            check=f"{category}:(freeze)",
+            expected="recorded at the freeze",
+            found="not recorded: this freeze predates it; run `runner freeze` again",
+        )
+        for category in sorted(LATE_CATEGORIES - manifest.state.live.keys())
+    ]
+
+
+def compare_speed(
+    manifest: FreezeManifest, events: Iterable[dict[str, Any]]
+) -> tuple[list[str], list[Drift]]:
+    """The speed probe's figures and the live state's reading time (the ``observe`` tasks of
+    the live categories, by their events' durations) against the freeze's: a figure above the
+    scope's ``slower_ratio`` x the frozen one, and by ``slower_min_seconds`` at least, is a
+    drift ``slower:<figure>`` naming both and the ratio."""
+    frozen, scope = manifest.state.speed, manifest.scope
+    if frozen is None or scope.slower_ratio <= 0:
+        return [], []
+    live_tasks = {f"{OBSERVE_TASK_PREFIX}{probe.category}" for probe in LIVE_PROBES}
+    now: dict[str, float] = {}
+    live_seconds = 0.0
+    for event in events:
+        data = event.get("event_data", {})
+        if event.get("event") not in _CHECK_EVENTS:
+            continue
+        task = str(data.get("task", ""))
+        if task in live_tasks:
+            live_seconds += float(data.get("duration") or 0.0)
+        elif task == SPEED_TASK and event.get("event") == "runner_on_ok":
+            with contextlib.suppress(KeyError, ValueError):
+                now["cpu"], now["disk"] = parse_speed(str(data.get("res", {}).get("stdout", "")))
+    if live_seconds:
+        now["live"] = live_seconds
+    figures = {"cpu": frozen.cpu_seconds, "disk": frozen.disk_seconds}
+    figures["live"] = frozen.live_seconds
+    checks, drifts = [], []
+    for name, before in figures.items():
+        check = f"slower:{name}"
+        checks.append(check)
+        if name not in now:
+            drifts.append(
+                Drift(
+                    check=check, expected=f"measured ({before:.2f} s frozen)", found="not measured"
+                )
+            )
+            continue
+        after = now[name]
+        ratio = after / before if before > 0 else float("inf")
+        if ratio > scope.slower_ratio and after - before >= scope.slower_min_seconds:
+            drifts.append(
+                Drift(
+                    check=check,
+                    expected=f"<= {scope.slower_ratio:g}x the frozen {before:.2f} s",
+                    found=f"{after:.2f} s ({ratio:.1f}x)",
+                )
+            )
     return checks, drifts
 
 

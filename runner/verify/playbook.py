@@ -19,12 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runner.freeze.live import LIVE_PROBES, LiveProbe
+from runner.freeze.live import LATE_CATEGORIES, LIVE_PROBES, SPEED_COMMAND, LiveProbe
 from runner.freeze.manifest import FreezeManifest
 
 ABSENT = "absent"
 LISTENING = "listening"
 CHECK_TASK_PREFIX = "check "
+OBSERVE_TASK_PREFIX = "observe "
+SPEED_TASK = "observe speed"
 HOST_GROUP = "guest"
 # A real TAB inside Jinja string literals (Ansible escapes backslashes in templates).
 TAB = "\t"
@@ -45,7 +47,7 @@ class Probe:
         return f"{self.category}_seen"
 
     def observe_task(self, manifest: FreezeManifest) -> dict[str, Any]:
-        return _raw(f"observe {self.category}", self.command(manifest), self.register)
+        return _raw(f"{OBSERVE_TASK_PREFIX}{self.category}", self.command(manifest), self.register)
 
 
 def _raw(name: str, command: str, register: str | None = None) -> dict[str, Any]:
@@ -167,6 +169,16 @@ PROBES: tuple[Probe, ...] = (
 )
 
 
+def probes_for(manifest: FreezeManifest) -> tuple[Probe, ...]:
+    """The probes of ``manifest``'s audit: all, but a live category added after its freeze was
+    made (runner.freeze.live.LATE_CATEGORIES), which the audit names instead (audit.py)."""
+    return tuple(
+        probe
+        for probe in PROBES
+        if probe.category not in LATE_CATEGORIES or probe.category in manifest.state.live
+    )
+
+
 def _check_task(probe: Probe) -> dict[str, Any]:
     """One assert over every key either map has; its message (on success too) is JSON
     ``{"checked": [keys], "drifts": [{"item", "expected", "found"}]}``. One task rather than
@@ -198,22 +210,26 @@ def _check_task(probe: Probe) -> dict[str, Any]:
 def build_playbook(manifest: FreezeManifest) -> list[dict[str, Any]]:
     """One play against the guest: observe everything, gather the maps, list drifted trees,
     assert per category."""
+    probes = probes_for(manifest)
     gather = {
         "name": "gather what was observed",
         "ansible.builtin.set_fact": {
-            "observed": {probe.category: probe.observed for probe in PROBES},
+            "observed": {probe.category: probe.observed for probe in probes},
         },
     }
+    # The speed probe, compared with the freeze's figures from its event (audit.py), not here.
+    speed = [_raw(SPEED_TASK, SPEED_COMMAND, "speed_seen")] if manifest.state.speed else []
     return [
         {
             "name": f"audit the frozen state (manifest {manifest.sha256})",
             "hosts": HOST_GROUP,
             "gather_facts": False,
-            "vars": {"expected": {probe.category: probe.expected(manifest) for probe in PROBES}},
+            "vars": {"expected": {probe.category: probe.expected(manifest) for probe in probes}},
             "tasks": [
-                *(probe.observe_task(manifest) for probe in PROBES),
+                *(probe.observe_task(manifest) for probe in probes),
+                *speed,
                 gather,
-                *(_check_task(probe) for probe in PROBES),
+                *(_check_task(probe) for probe in probes),
             ],
         }
     ]

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import pytest
 
 from runner.core.errors import RunnerError
+from runner.freeze.live import LATE_CATEGORIES
 from runner.freeze.manifest import default_scope
 from runner.freeze.record import freeze_lab, load_freeze
 from runner.freeze.reset import reset_lab
@@ -59,6 +60,9 @@ def vm_lab() -> LabState:
 @pytest.fixture(scope="session")
 def frozen_lab(vm_lab: LabState) -> Iterator[LabState]:
     try:
+        manifest, _saved = load_freeze(vm_lab.lab)
+        if LATE_CATEGORIES - manifest.state.live.keys() or manifest.state.speed is None:
+            raise RunnerError("frozen before the live categories of #23")
         reset_lab(vm_lab.lab)
     except RunnerError:  # never frozen, or its freeze no longer matches the disk
         freeze_lab(vm_lab.lab, default_scope())
