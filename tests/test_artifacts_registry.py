@@ -15,7 +15,6 @@ import asyncio
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,7 @@ from runner.cache.store import ArtifactStore
 from runner.core.roots import CACHE_ENV
 from runner.spec.lock import Harness, Lock, PinnedPackage, load_lock
 from runner.spec.platform import GuestPlatform
-from tests.support.recorded_registry import recorded_registry
+from tests.support.recorded_registry import RecordedRegistry
 
 REPO = Path(__file__).resolve().parents[1]
 LOCKS = REPO / "locks"
@@ -45,16 +44,13 @@ def _resolve(lock: Lock, cache: Path, *sections: Section) -> Resolved:
 
 
 @pytest.fixture(params=[pytest.param("live", marks=pytest.mark.registry), "recorded"])
-def registries(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def registries(request: pytest.FixtureRequest) -> str:
     """Where a fail-closed test's registries are: the real ones, or their recorded answers on
-    loopback (npm through ``npm_config_registry``, which the resolver asks npm for). Yields
-    the Python index a lock names."""
+    loopback. The Python index a lock names."""
     if request.param == "live":
-        yield PYPI
-        return
-    with recorded_registry() as served:
-        monkeypatch.setenv("npm_config_registry", served.npm)
-        yield served.python_index
+        return PYPI
+    recorded: RecordedRegistry = request.getfixturevalue("recorded_registries")
+    return recorded.python_index
 
 
 def test_seed_54_fails_closed_naming_each_missing_pin(tmp_path: Path, registries: str) -> None:

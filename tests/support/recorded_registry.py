@@ -1,8 +1,8 @@
 """The npm registry's and PyPI's answers, recorded (tests/registry_answers), served on
 127.0.0.1: the resolver's checks run in the fast tier against what the real registries said
 once, so a registry's change fails no CI run. ``npm_config_registry`` points npm (and the
-resolver, which asks ``npm config get registry``) here; a lock's ``tools.python_index`` points
-the PyPI checks.
+resolver, which asks ``npm config get registry``) here, as the ``recorded_registries`` fixture
+does; a lock's ``tools.python_index`` points the PyPI checks.
 
 An answer is the file ``<answers>/<unquoted URL path>.json``; any other path is a 404, as the
 real registries answer for a package they do not have. tests/registry_answers/README.md says
@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote
+
+import pytest
 
 ANSWERS = Path(__file__).resolve().parents[1] / "registry_answers"
 
@@ -65,3 +67,11 @@ def recorded_registry(answers: Path = ANSWERS) -> Iterator[RecordedRegistry]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def recorded_registries(monkeypatch: pytest.MonkeyPatch) -> Iterator[RecordedRegistry]:
+    """The recorded registry, npm pointed at it; a lock names its ``python_index`` itself."""
+    with recorded_registry() as served:
+        monkeypatch.setenv("npm_config_registry", served.npm)
+        yield served
