@@ -5,11 +5,13 @@ from pathlib import Path
 
 import pytest
 
-# Session fixtures of the real-VM tier (vm_lab, frozen_lab), the Harbor venv, the cell tests'.
+# Session fixtures of the real-VM tier (vm_lab, frozen_lab), the Harbor venv, the cell tests',
+# the registries' recorded answers.
 pytest_plugins = [
     "tests.support.vm_fixtures",
     "tests.support.harbor_venv",
     "tests.support.cell_fixtures",
+    "tests.support.recorded_registry",
 ]
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,5 +1,10 @@
 """Against the real registries (npm, Debian, PyPI): fail closed on today's gaps, fill the store.
 
+These are ``registry`` tests (scripts/test.sh full, never the CI set): what they assert is what
+the registries hold today. The fail-closed checks, which ask only for metadata, also run against
+the registries' recorded answers on loopback (tests/support/recorded_registry.py), the same
+test with the same lines expected, so the CI set keeps them without asking a registry.
+
 Each test uses its own cache directory; the tools test downloads Node and Bun for arm64
 (~90 MB), the Debian test the deploy's extra packages (~14 MB).
 """
@@ -22,6 +27,7 @@ from runner.cache.store import ArtifactStore
 from runner.core.roots import CACHE_ENV
 from runner.spec.lock import Harness, Lock, PinnedPackage, load_lock
 from runner.spec.platform import GuestPlatform
+from tests.support.recorded_registry import RecordedRegistry
 
 REPO = Path(__file__).resolve().parents[1]
 LOCKS = REPO / "locks"
@@ -37,12 +43,27 @@ def _resolve(lock: Lock, cache: Path, *sections: Section) -> Resolved:
     return asyncio.run(resolve_lock(lock, REPO, CachePaths(cache), console, frozenset(sections)))
 
 
-def test_seed_54_fails_closed_naming_each_missing_pin(tmp_path: Path) -> None:
+@pytest.fixture(params=[pytest.param("live", marks=pytest.mark.registry), "recorded"])
+def registries(request: pytest.FixtureRequest) -> str:
+    """Where a fail-closed test's registries are: the real ones, or their recorded answers on
+    loopback. The Python index a lock names."""
+    if request.param == "live":
+        return PYPI
+    recorded: RecordedRegistry = request.getfixturevalue("recorded_registries")
+    return recorded.python_index
+
+
+def test_seed_54_fails_closed_naming_each_missing_pin(tmp_path: Path, registries: str) -> None:
+    text = (LOCKS / "seed-54.toml").read_text()
+    lock_path = tmp_path / "locks" / "seed-54.toml"
+    lock_path.parent.mkdir()
+    lock_path.write_text(text.replace("[tools]\n", f'[tools]\npython_index = "{registries}"\n'))
+    cache = tmp_path / "cache"
     result = subprocess.run(
-        ["runner", "resolve", "--update", str(LOCKS / "seed-54.toml")],
+        ["runner", "resolve", "--update", str(lock_path)],
         capture_output=True,
         text=True,
-        env={**os.environ, CACHE_ENV: str(tmp_path)},
+        env={**os.environ, CACHE_ENV: str(cache)},
         timeout=300,
     )
     assert result.returncode == 1, result.stderr
@@ -55,9 +76,9 @@ def test_seed_54_fails_closed_naming_each_missing_pin(tmp_path: Path) -> None:
         "does not have commit d1f1920f2d817a831f466d0ff363ef795a9a3b00 ("
     )
     assert omp == "npm:@oh-my-pi/pi-coding-agent@17.2.12: not on the npm registry; nearest: 17.2.15"
-    assert not (LOCKS / "seed-54.resolved.json").exists()
+    assert not lock_path.with_name("seed-54.resolved.json").exists()
     # Nothing fetched from a registry: the store holds OpenPI's packed tarball alone.
-    assert [p.name for p in (tmp_path / "artifacts" / "sha256").iterdir()] == [OPENPI_TARBALL_HEX]
+    assert [p.name for p in (cache / "artifacts" / "sha256").iterdir()] == [OPENPI_TARBALL_HEX]
 
 
 def _with_harnesses(lock: Lock, *harnesses: Harness) -> Lock:
@@ -81,6 +102,7 @@ DEMO_PACKAGE = Harness(
 )
 
 
+@pytest.mark.registry
 def test_omp_without_its_arm64_natives_fails_closed(tmp_path: Path) -> None:
     omp = Harness(
         id="omp",
@@ -97,6 +119,7 @@ def test_omp_without_its_arm64_natives_fails_closed(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.registry
 def test_pi_package_from_its_pinned_tarball_joins_the_harness_tree(tmp_path: Path) -> None:
     lock = load_lock(LOCKS / "demo.toml")
     demo = DEMO_PACKAGE
@@ -114,6 +137,7 @@ def test_pi_package_from_its_pinned_tarball_joins_the_harness_tree(tmp_path: Pat
     )
 
 
+@pytest.mark.usefixtures("registries")
 def test_pi_package_tarball_with_another_digest_fails_closed(tmp_path: Path) -> None:
     lock = load_lock(LOCKS / "demo.toml")
     demo = DEMO_PACKAGE
@@ -129,6 +153,7 @@ def test_pi_package_tarball_with_another_digest_fails_closed(tmp_path: Path) -> 
     ]
 
 
+@pytest.mark.registry
 def test_tools_fill_the_store_and_a_warm_resolve_downloads_nothing(tmp_path: Path) -> None:
     lock = load_lock(LOCKS / "demo.toml")
     cold = _resolve(lock, tmp_path, "tools")
@@ -154,6 +179,7 @@ def test_tools_fill_the_store_and_a_warm_resolve_downloads_nothing(tmp_path: Pat
     assert warm.resolution == cold.resolution
 
 
+@pytest.mark.registry
 def test_debian_packages_beyond_the_image(tmp_path: Path) -> None:
     lock = load_lock(LOCKS / "demo.toml")
     resolved = _resolve(lock, tmp_path, "debs")
@@ -172,6 +198,7 @@ def test_debian_packages_beyond_the_image(tmp_path: Path) -> None:
         assert store.has(artifact.sha256)
 
 
+@pytest.mark.registry
 def test_harbor_wheels_for_the_guest_python_and_arch() -> None:
     plan = asyncio.run(
         plan_wheels(("harbor==0.20.0",), PYPI, GuestPlatform("aarch64"), glibc_minor=41)

@@ -227,6 +227,8 @@ for import_path, model_name in json.loads(sys.argv[3]):
 """
 
 
+# registry: the Harbor venv is pip-installed from PyPI (tests/support/harbor_venv.py).
+@pytest.mark.registry
 def test_harbor_loads_the_agents_by_import_path(tmp_path: Path, harbor_python: Path) -> None:
     lock = DEMO
     harness = next(h for h in lock.harnesses if h.id == "bare-pi")
@@ -278,6 +280,8 @@ def _frozen_artifacts(root: Path, harness: Harness, runtime_version: str) -> Pat
     return root
 
 
+# registry: the host's Pi and OMP, Node and Bun are npm-installed (runner.artifacts.hosttools).
+@pytest.mark.registry
 @needs_chroot
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the host tool cache is x86_64")
 @pytest.mark.parametrize("harness_id", ["bare-pi", "omp"])

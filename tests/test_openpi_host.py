@@ -1,6 +1,9 @@
 """OpenPI 0.3.0 from its git source (the bundle stands in for GitHub, see conftest): packed
 reproducibly, its dependencies at its own bun.lock's versions, and loaded by the real Pi 0.84.2
-on the host through the proxy, with no network attempt of its own at start-up."""
+on the host through the proxy, with no network attempt of its own at start-up.
+
+A test that resolves the tree with npm, or installs it (``npm ci``) or Node on the host, asks
+the npm registry: ``registry`` (scripts/test.sh full). Packing and the git refusals are not."""
 
 from __future__ import annotations
 
@@ -84,6 +87,7 @@ def _harnesses(lock: Lock, harness_id: str) -> Lock:
     return lock.model_copy(update={"harnesses": chosen})
 
 
+@pytest.mark.registry
 def test_openpi_resolves_from_git_at_its_own_lockfile_versions(tmp_path: Path) -> None:
     store = ArtifactStore(CachePaths(tmp_path))
     first, second = (asyncio.run(pack_git(OPENPI, store)).record for _ in range(2))
@@ -112,6 +116,7 @@ def test_openpi_resolves_from_git_at_its_own_lockfile_versions(tmp_path: Path) -
     assert (tarball.sha256, tarball.url) == (expected.sha256, OPENPI.source)
 
 
+@pytest.mark.usefixtures("recorded_registries")  # Pi's pin checked on loopback
 def test_a_commit_the_remote_does_not_have_fails_closed(tmp_path: Path) -> None:
     missing = "0" * 40
     package = PinnedPackage(source=f"git+{OPENPI_URL}#{missing}", name="@tt-a1i/openpi")
@@ -295,6 +300,7 @@ def provider_key(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+@pytest.mark.registry
 @pytest.mark.usefixtures("provider_key")
 def test_pi_loads_all_openpi_extensions_and_offers_their_tools(
     openpi_tree: Path, tmp_path: Path
@@ -327,6 +333,7 @@ def test_pi_loads_all_openpi_extensions_and_offers_their_tools(
     assert openpi_first.tool_names == (*PI_TOOLS, "openpi_load_tools")
 
 
+@pytest.mark.registry
 @pytest.mark.usefixtures("provider_key")
 def test_openpi_tools_load_and_run_offline(openpi_tree: Path, tmp_path: Path) -> None:
     recorder = ConnectionRecorder()
@@ -348,6 +355,7 @@ def test_openpi_tools_load_and_run_offline(openpi_tree: Path, tmp_path: Path) ->
     assert "seed.txt" in results[1][2] and "seed" in results[2][2]
 
 
+@pytest.mark.registry
 def test_the_written_registration_is_what_pi_install_writes(
     openpi_tree: Path, tmp_path: Path
 ) -> None:

@@ -1,8 +1,9 @@
 """The real Pi and OMP (npm, on npm's Node and Bun) through the proxy to the scripted provider.
 
 Both are installed once into ``<repo>/.cache/hosttools``
-(``python -m runner.artifacts.hosttools LOCK`` does the same for CI). These tests skip
-only when the npm registry cannot be reached at all.
+(``python -m runner.artifacts.hosttools LOCK`` does the same for CI), from the npm registry:
+``registry`` tests (scripts/test.sh full). They skip only when the npm registry cannot be
+reached at all.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from runner.records.paths import RunPaths
 from runner.run.scan import new_canary, scan_run
 from runner.spec.lock import Model, load_lock
 from tests.support.host_harnesses import HOST_HARNESSES
+
+pytestmark = pytest.mark.registry
 
 REPO = Path(__file__).resolve().parent.parent
 KEY_ENV = "PI_HOST_TEST_PROVIDER_KEY"

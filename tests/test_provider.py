@@ -188,6 +188,18 @@ def test_disconnect_fault_cuts_the_stream() -> None:
     run_with_provider(script, body)
 
 
+def test_stall_fault_holds_the_answer_back() -> None:
+    script = SCRIPT.model_copy(update={"faults": (Fault(post=1, kind="stall", seconds=60),)})
+
+    async def body(provider: ScriptedProvider, session: aiohttp.ClientSession) -> None:
+        url = provider.base_url + "/chat/completions"
+        with pytest.raises(TimeoutError):  # a window to see no answer in, far below the stall
+            await asyncio.wait_for(post(session, url, {"model": "m"}), timeout=1)
+        assert provider.posts_received == 1
+
+    run_with_provider(script, body)
+
+
 def test_a_wrong_key_is_refused_and_counted() -> None:
     async def body(provider: ScriptedProvider, session: aiohttp.ClientSession) -> None:
         status, _ = await post(session, provider.base_url + "/chat/completions", {}, key="nope")

@@ -154,9 +154,11 @@ def test_a_previous_cells_bearer_is_refused_in_the_next_cell(proxy: CredentialPr
 
 
 def test_an_expired_bearer_is_refused(proxy: CredentialProxy) -> None:
-    bearer = proxy.open_cell("cell-1", scripted_model(), soon(0.3), SCRIPT)
+    deadline = soon(1)
+    bearer = proxy.open_cell("cell-1", scripted_model(), deadline, SCRIPT)
     assert bearer_post(proxy, bearer)[0] == 200
-    time.sleep(0.4)
+    while time.time() < deadline.timestamp():  # until the deadline has passed, no longer
+        time.sleep(deadline.timestamp() - time.time())
     assert bearer_post(proxy, bearer)[0] == 401
     counts = proxy.close_cell("cell-1")
     assert (counts.physical_posts, counts.rejected_requests) == (1, 1)
@@ -218,19 +220,26 @@ def test_provider_errors_pass_through_and_count(proxy: CredentialProxy) -> None:
 
 
 def test_close_cancels_a_stalled_request(proxy: CredentialProxy, paths: RunPaths) -> None:
-    script = SCRIPT.model_copy(update={"faults": (Fault(post=1, kind="stall", seconds=60),)})
-    bearer = proxy.open_cell("cell-1", scripted_model(), soon(), script)
+    arrived, released = asyncio.Event(), asyncio.Event()
 
-    async def stalled_then_close() -> None:
+    async def stalled(request: web.Request) -> web.StreamResponse:
+        arrived.set()
+        await released.wait()  # the stall: no answer until the test is done
+        return web.json_response({})
+
+    async def close_while_stalled(base_url: str) -> None:
+        model = upstream_model(base_url)
+        bearer = await asyncio.to_thread(proxy.open_cell, "cell-1", model, soon())
         request = asyncio.create_task(
             post(proxy.base_url + "/chat/completions", CHAT, {"Authorization": f"Bearer {bearer}"})
         )
-        await asyncio.sleep(0.3)
+        await asyncio.wait_for(arrived.wait(), timeout=10)
         await asyncio.to_thread(proxy.close_cell, "cell-1")
         with pytest.raises(aiohttp.ClientError):
             await request
+        released.set()
 
-    asyncio.run(stalled_then_close())
+    with_upstream(stalled, close_while_stalled)
     counts = read_model(paths.proxy_counts("cell-1"), ProxyCellCounts)
     assert counts.physical_posts == 1
     assert counts.requests[0].outcome == "cancelled"

@@ -86,6 +86,8 @@ def test_every_from_is_a_mapped_local_base_image() -> None:
     assert all(DEMO_LOCK.tasks.base_images[name].startswith("localhost/") for name in froms)
 
 
+# registry: the Harbor venv is pip-installed from PyPI (tests/support/harbor_venv.py).
+@pytest.mark.registry
 def test_harbor_reads_every_task_without_warnings(harbor_python: Path) -> None:
     read = (
         "import sys\n"

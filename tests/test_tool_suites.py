@@ -1,13 +1,19 @@
 """Pinned tools across suites: lock fields that leave old locks' digests alone, and
-``tools.podman`` resolved from the guest's suite or its ``tool_suites`` (real Debian archive)."""
+``tools.podman`` resolved from the guest's suite or its ``tool_suites``: against the real Debian
+archive (``registry`` tests), and the fail-closed line also from apt's recorded answers.
+
+apt's answers are recorded rather than a Debian mirror served on loopback: the resolver has apt
+check each suite's Release against Debian's own keyring, which no stand-in can sign for."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
+from runner.artifacts import debian
 from runner.artifacts.debian import DebianPlan, plan_debs, upstream_version
 from runner.cache.paths import CachePaths
 from runner.core.errors import InputError
@@ -19,6 +25,14 @@ from tests.support.old_locks import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
+# What apt answered in seed-54's guest apt state (trixie + sid + experimental, arm64) on
+# 2026-12-05 (tests/registry_answers/README.md), by the command asked.
+RECORDED_APT: dict[tuple[str, ...], str] = {
+    ("apt-get", "update", "-q"): "",
+    ("apt-cache", "madison", "podman"): (
+        REPO / "tests" / "registry_answers" / "debian" / "apt-cache-madison-podman.txt"
+    ).read_text(),
+}
 
 
 def test_new_fields_at_their_defaults_keep_old_digests() -> None:
@@ -70,12 +84,28 @@ def test_upstream_version(debian: str, upstream: str) -> None:
 
 
 def _plan(podman: str, cache: Path) -> DebianPlan:
-    """seed-54's guest (trixie + sid + experimental, arm64) against the real Debian archive."""
+    """seed-54's guest (trixie + sid + experimental, arm64), its podman pinned to ``podman``."""
     lock = load_lock(REPO / "locks" / "seed-54.toml")
     tools = lock.tools.model_copy(update={"podman": podman})
     return asyncio.run(plan_debs(lock.guest, tools, GuestPlatform("aarch64"), CachePaths(cache)))
 
 
+@pytest.fixture(params=[pytest.param("live", marks=pytest.mark.registry), "recorded"])
+def apt_answers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """apt asks the real Debian archive, or answers from RECORDED_APT (a command not recorded
+    fails the test: the code asked apt something new)."""
+    if request.param == "live":
+        return
+
+    async def recorded(
+        args: Sequence[str], what: str, *, env: Mapping[str, str] | None = None
+    ) -> str:
+        return RECORDED_APT[tuple(args)]
+
+    monkeypatch.setattr(debian, "run_tool", recorded)
+
+
+@pytest.mark.registry
 def test_podman_from_experimental_brings_what_it_needs_from_sid(tmp_path: Path) -> None:
     plan = _plan("6.1.1", tmp_path)
     assert plan.plan.unavailable == []
@@ -88,6 +118,7 @@ def test_podman_from_experimental_brings_what_it_needs_from_sid(tmp_path: Path) 
     assert plan.glibc_minor == 43  # sid's libc6: the wheels are chosen for it
 
 
+@pytest.mark.usefixtures("apt_answers")
 def test_podman_no_suite_has_fails_closed_naming_each_suites_version(tmp_path: Path) -> None:
     plan = _plan("6.0.2", tmp_path)
     assert plan.plan.unavailable == [

@@ -110,6 +110,17 @@ def sleeper(tmp_path: Path) -> Iterator[tuple[Path, Path, str]]:
     yield frozen, new, hashlib.sha256(sleep.read_bytes()).hexdigest()
 
 
+@pytest.fixture
+def frozen_listener() -> Iterator[None]:
+    """A service listening through the whole test (freeze and audits), outside the ephemeral
+    range: the listen probe has a key to check whatever this machine runs (a network namespace
+    of its own, as the fast tier's run without the registries, has no listener at all)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 18764))
+        listener.listen()
+        yield
+
+
 def our_drifts(report: VerifyReport, tmp_path: Path) -> list[str]:
     ours = f"process:{tmp_path}/"
     return [d.line for d in report.drifts if d.check.startswith((*OURS, ours))]
@@ -128,6 +139,7 @@ def start(executable: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen([str(executable), "300"], start_new_session=True)
 
 
+@pytest.mark.usefixtures("frozen_listener")
 def test_audit_passes_on_the_frozen_state_and_names_each_drift(
     tmp_path: Path,
     probes_here: set[str],

@@ -1,7 +1,10 @@
 """The warm Harbor process's protocol on the host (runner/guest/warm_harbor.py), with the lock's
 Harbor in its host venv: the cell's command finds the process waiting and hands it the cell;
 Harbor's exit code comes back through the FIFO; once served, the same command starts Harbor
-cold. (tests/test_warm_harbor_vm.py: the same in the frozen guest, with resets.)"""
+cold. (tests/test_warm_harbor_vm.py: the same in the frozen guest, with resets.)
+
+The host venv is pip-installed from PyPI (tests/support/harbor_venv.py): the tests that run
+Harbor are ``registry`` tests (scripts/test.sh full)."""
 
 from __future__ import annotations
 
@@ -62,6 +65,7 @@ def _launch(tmp_path: Path, harbor_python: Path, *argv: str) -> tuple[int, str, 
     return code, said, (tmp_path / "harbor.log").read_text(), (tmp_path / "pgid").read_text()
 
 
+@pytest.mark.registry
 def test_a_cell_is_served_by_the_waiting_process_then_cold(
     warm_process: subprocess.Popen[bytes], harbor_python: Path, tmp_path: Path
 ) -> None:
@@ -75,6 +79,7 @@ def test_a_cell_is_served_by_the_waiting_process_then_cold(
     assert int(pgid) != warm_process.pid
 
 
+@pytest.mark.registry
 def test_harbors_exit_code_comes_back_from_the_warm_process(
     warm_process: subprocess.Popen[bytes], harbor_python: Path, tmp_path: Path
 ) -> None:
