@@ -93,7 +93,10 @@ PLANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "package_removed": (f"dpkg --remove {REMOVED_PACKAGE}", (f"dpkg:{REMOVED_PACKAGE}",)),
     "port_listening": (
-        f"setsid nohup python3 -m http.server {PLANTED_PORT} >/dev/null 2>&1 < /dev/null & sleep 5",
+        f"setsid nohup python3 -m http.server {PLANTED_PORT} >/dev/null 2>&1 < /dev/null & "
+        # polled until it listens (at most 60 s under TCG), not a fixed wait
+        f"for _ in $(seq 600); do ss -Hltn 'sport = :{PLANTED_PORT}' | grep -q . && break; "
+        "sleep 0.1; done",
         (f"listen:tcp/{PLANTED_PORT}",),
     ),
     "egress_table_deleted": (

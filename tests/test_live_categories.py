@@ -396,7 +396,15 @@ def test_the_process_probe_leaves_out_its_own_tree_only(tmp_path: Path) -> None:
     for copy in (before, own):
         shutil.copy2(sleep, copy)
     command = probe("process").command(default_scope())
-    script = f"{before} 300 & sleep 0.2; {own} 300 & {command}; kill %1 %2"
+    # The probe starts once both children run their copies (not the shell's fork of them).
+    running = " && ".join(
+        f'[ "$(readlink /proc/${var}/exe)" = {shlex.quote(str(path))} ]'
+        for var, path in (("b", before), ("o", own))
+    )
+    script = (
+        f"{before} 300 & b=$!; {own} 300 & o=$!; until {running}; do sleep 0.01; done; "
+        f"{command}; kill %1 %2"
+    )
     done = subprocess.run(
         ["bash", "-c", f"set -o pipefail; {script}"], capture_output=True, text=True, timeout=60
     )
@@ -457,6 +465,14 @@ def test_the_scheduling_probe_sees_a_renice_a_cpu_pin_and_a_lowered_limit(tmp_pa
     assert str(own) not in parse_lines(done.stdout)
 
 
+def wait_until_running(processes: list[subprocess.Popen[bytes]], executable: Path) -> None:
+    """Until every process has exec'd ``executable`` (read from /proc), for at most 10 s."""
+    deadline = time.monotonic() + 10
+    while any(os.path.realpath(f"/proc/{p.pid}/exe") != str(executable) for p in processes):
+        assert time.monotonic() < deadline, f"{executable} not running in 10 s"
+        time.sleep(0.01)  # polling /proc, not waiting out the exec
+
+
 def test_the_scheduling_probe_lists_each_distinct_setting_of_an_executable_once(
     tmp_path: Path,
 ) -> None:
@@ -468,7 +484,7 @@ def test_the_scheduling_probe_lists_each_distinct_setting_of_an_executable_once(
         for n in (3, 0, 3)
     ]
     try:
-        time.sleep(0.3)  # nice has exec'd the copy
+        wait_until_running(children, copy)
         seen = run_probe("scheduling", default_scope())
     finally:
         for child in children:
