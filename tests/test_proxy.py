@@ -530,7 +530,8 @@ def test_the_key_goes_to_the_provider_origin_only(
     paths: RunPaths, ca: LoopbackCA, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every way a request could leave for another origin: environment proxies, a redirect to
-    an absolute URL, request targets that name another host. Only the provider hears of it."""
+    an absolute URL, request targets that name another host (refused: no API path). Only the
+    provider hears of it."""
     provider_saw: list[str] = []
 
     async def upstream(request: web.Request) -> web.StreamResponse:
@@ -553,17 +554,17 @@ def test_the_key_goes_to_the_provider_origin_only(
                     (f"//{address}/chat/completions", "Authorization: Bearer "),
                     (f"https://{address}/chat/completions", "Authorization: Bearer "),
                     (f"/chat/completions?{away}/chat/completions", "Authorization: Bearer "),
-                    (f"/messages?{away}/messages", "x-api-key: "),
+                    (f"/chat/completions?{away}/chat/completions", "x-api-key: "),
                 )
                 answers = [await raw_post(proxy, target, how + bearer) for target, how in sent]
                 counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
             assert received == []
         statuses = [answer.split(b" ", 2)[1] for answer in answers]
-        assert statuses == [b"200", b"200", b"200", b"307", b"307"]
-        assert counts.physical_posts == 5
+        assert statuses == [b"200", b"404", b"404", b"307", b"307"]
+        assert counts.physical_posts == 3
 
     with_upstream(upstream, client, tls=ca)
-    assert provider_saw == [f"Bearer {KEY}"] * 4 + [KEY]
+    assert provider_saw == [f"Bearer {KEY}"] * 2 + [KEY]
 
 
 def test_guest_connections_slow_in_their_headers_are_closed(

@@ -57,19 +57,22 @@ def proxy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Credentia
         yield running
 
 
-# path, request body, the fields the shape carries (the others must be "not returned")
-SHAPES: dict[str, tuple[str, dict[str, Any], set[str]]] = {
+# api, path, request body, the fields the shape carries (the others must be "not returned")
+SHAPES: dict[str, tuple[str, str, dict[str, Any], set[str]]] = {
     "chat": (
+        "openai-completions",
         "/chat/completions",
         {"stream_options": {"include_usage": True}},
         {"input_tokens", "output_tokens", "cache_read_tokens", "reasoning_tokens"},
     ),
     "responses": (
+        "openai-responses",
         "/responses",
         {},
         {"input_tokens", "output_tokens", "cache_read_tokens", "reasoning_tokens"},
     ),
     "anthropic": (
+        "anthropic-messages",
         "/v1/messages",
         {},
         {"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"},
@@ -110,9 +113,10 @@ async def exchange(url: str, raw: bytes, bearer: str) -> bytes:
 def run_cell(
     proxy: CredentialProxy, shape: str, stream: bool, details: bool = True
 ) -> tuple[ProxyCellCounts, list[tuple[bytes, bytes]]]:
-    path, extra, _ = SHAPES[shape]
+    api, path, extra, _ = SHAPES[shape]
+    model = MODEL.model_copy(update={"api": api})  # the proxy sends on its API's paths only
     bearer = proxy.open_cell(
-        "cell-1", MODEL, datetime.now(UTC) + timedelta(minutes=5), script(details)
+        "cell-1", model, datetime.now(UTC) + timedelta(minutes=5), script(details)
     )
     sent = []
     for turn in (0, 1):
@@ -127,7 +131,7 @@ def test_each_request_keeps_the_usage_split_as_sent(
     proxy: CredentialProxy, shape: str, stream: bool
 ) -> None:
     counts, sent = run_cell(proxy, shape, stream)
-    carried = SHAPES[shape][2]
+    carried = SHAPES[shape][3]
     assert counts.per_request_accounting
     for turn, (entry, (raw, answer)) in enumerate(zip(counts.requests, sent, strict=True)):
         assert entry.usage is not None

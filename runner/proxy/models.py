@@ -13,11 +13,25 @@ from runner.records.prompt import PromptFootprint
 RequestOutcome = Literal[
     "forwarded",  # sent to the provider; status is the provider's
     "rejected",  # refused here (wrong, expired or previous-cell bearer): 401, never forwarded
-    "not_an_api_path",  # right bearer, path is none of the three API shapes: 404, not forwarded
+    "not_an_api_path",  # right bearer, no POST to an endpoint of the lock's API: 404, not forwarded
     "upstream_failed",  # sent, but the answer was dropped, late, or in an unreadable encoding
     "not_sent",  # no connection to the provider (refused, DNS, TLS certificate): 502, not a byte
     "cancelled",  # still running when its cell closed
     "client_gone",  # the harness hung up before the answer was passed back in full
+]
+
+# Why a request was "not_an_api_path" (runner.proxy.target): its target's path as written was
+# none of the API's endpoint paths, and this is what was in the way.
+PathRefusal = Literal[
+    "not_post",  # another method
+    "not_origin_form",  # an absolute URL (http://host/...), an authority or "*" for a target
+    "backslash",  # a backslash in the path, written or percent-encoded (%5c)
+    "encoded_slash",  # a "/" inside a segment: %2f, or %252f encoded twice
+    "dot_segment",  # "." or "..", written or percent-encoded (%2e%2e)
+    "empty_segment",  # "//" or a trailing "/"
+    "percent_encoded",  # any other percent-escape in the path (%63hat/completions)
+    "unknown_endpoint",  # a plain path, but not one of the API's endpoints
+    "malformed_query",  # a query with a "#", a stray "%" or what no query holds
 ]
 
 
@@ -45,7 +59,8 @@ USAGE_SPLIT: tuple[str, ...] = (
 
 
 class RequestLogEntry(FrozenModel):
-    """One request as the proxy saw it: no header, no body, no query string."""
+    """One request as the proxy saw it: no header, no body, no query string. ``path`` is the
+    request target's path as the guest wrote it, not decoded."""
 
     cell_id: str | None
     started_at: datetime
@@ -68,6 +83,11 @@ class RequestLogEntry(FrozenModel):
     )
     redactions: int = Field(
         default=0, ge=0, description="secrets (the key, key-shaped strings) cut from the answer"
+    )
+    # Optional, so request logs written before it existed still load.
+    refusal: PathRefusal | None = Field(
+        default=None,
+        description="why a 'not_an_api_path' request was refused; None for any other outcome",
     )
 
 

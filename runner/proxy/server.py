@@ -2,8 +2,9 @@
 
 The harness gets a bearer valid for its cell only. The proxy accepts that bearer and nothing
 else, swaps it for the real key (read on the host from the lock model's ``key_env``), forwards
-the POST to the model's base URL (never elsewhere: no redirect, no environment proxy) and passes
-the answer back chunk by chunk, decoded and with every key redacted (``runner.proxy.answers``).
+the POST to the model's base URL + its API's endpoint path (never elsewhere: no other path,
+``runner.proxy.target``; no redirect, no environment proxy) and passes the answer back chunk
+by chunk, decoded and with every key redacted (``runner.proxy.answers``).
 It counts every POST it sends on (physical POSTs), every one it could not send and every request
 it refuses, reads provider usage off the answers, and logs each request without any header, body
 or query string.
@@ -38,17 +39,18 @@ from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 from multidict import CIMultiDict
+from yarl import URL
 
 from runner.core.errors import RunnerError
 from runner.core.files import write_model
 from runner.core.roots import REPO_ROOT
 from runner.provider import PROVIDER_MARKER, ProviderScript, ScriptedProvider
 from runner.provider.server import LOOPBACK
-from runner.provider.shapes import shape_for_path
 from runner.proxy.answers import AnswerFilter, UnreadableEncoding
 from runner.proxy.bearer import BEARER_BYTES, new_bearer
 from runner.proxy.footprint import prompt_footprint
 from runner.proxy.models import (
+    PathRefusal,
     ProxyCellCounts,
     RequestLogEntry,
     RequestOutcome,
@@ -56,6 +58,7 @@ from runner.proxy.models import (
     upstream_statuses,
     usage_totals,
 )
+from runner.proxy.target import Endpoint, Refused, api_target
 from runner.records.paths import RunPaths
 from runner.records.prompt import PromptFootprint
 from runner.spec.lock import Model
@@ -139,6 +142,7 @@ class _Exchange:
     usage: dict[str, int] | None = None  # TokenUsage's fields, as the UsageMeter found them
     first_byte_ms: float | None = None
     redactions: int = 0
+    refusal: PathRefusal | None = None
 
     def entry(self, cell_id: str | None) -> RequestLogEntry:
         return RequestLogEntry(
@@ -154,6 +158,7 @@ class _Exchange:
             usage=None if self.usage is None else TokenUsage(**self.usage),
             first_byte_ms=self.first_byte_ms,
             redactions=self.redactions,
+            refusal=self.refusal,
         )
 
     def mark_first_byte(self) -> None:
@@ -422,7 +427,7 @@ class CredentialProxy:
             key = key or secrets.token_urlsafe(BEARER_BYTES)
             upstream = await self._scripted_provider(key, script)
         else:
-            upstream = model.base_url.rstrip("/")
+            upstream = str(URL(model.base_url.rstrip("/")))  # its escapes as aiohttp sends them
         trust = _upstream_trust(model)
         bearer = new_bearer()
         self._bearers.append(bearer)
@@ -504,7 +509,7 @@ class CredentialProxy:
             started_at=datetime.now(UTC),
             started=time.perf_counter(),
             method=request.method,
-            path=request.path,
+            path=request.raw_path.partition("?")[0],  # as the guest wrote it
             request_bytes=request.content_length or 0,
         )
         header, offered = _offered_credential(request)
@@ -518,14 +523,20 @@ class CredentialProxy:
                 exchange.outcome, exchange.status = "rejected", 401
                 return web.json_response({"error": {"message": "invalid bearer"}}, status=401)
             assert cell is not None
-            if request.method != "POST" or shape_for_path(request.path) is None:
+            target = (
+                api_target(request.raw_path, cell.model.api)
+                if request.method == "POST"
+                else Refused("not_post", exchange.path)
+            )
+            if isinstance(target, Refused):
                 exchange.outcome, exchange.status = "not_an_api_path", 404
+                exchange.refusal = target.why
                 return web.json_response({"error": {"message": "not an API path"}}, status=404)
             task = asyncio.current_task()
             assert task is not None
             cell.in_flight.add(task)
             try:
-                response = await self._forward(request, cell, header, exchange)
+                response = await self._forward(request, cell, target, header, exchange)
             finally:
                 cell.in_flight.discard(task)
             return response
@@ -536,23 +547,30 @@ class CredentialProxy:
             self._record(cell, exchange)
 
     async def _forward(
-        self, request: web.BaseRequest, cell: _Cell, header: str, exchange: _Exchange
+        self,
+        request: web.BaseRequest,
+        cell: _Cell,
+        target: Endpoint,
+        header: str,
+        exchange: _Exchange,
     ) -> web.StreamResponse:
         assert self._session is not None
         headers = _upstream_headers(request, header, cell.key)
         body = await request.read()
         exchange.request_bytes = len(body)
         if cell.physical_posts == 0:
-            cell.first_request = prompt_footprint(request.path, body)
+            cell.first_request = prompt_footprint(target.path, body)
         timeout = aiohttp.ClientTimeout(total=max(0.001, cell.deadline - time.time()))
         response = web.StreamResponse()
         cell.physical_posts += 1
         try:
+            # To the lock's base URL + the endpoint's path from the table + the query as the
+            # guest wrote it (runner.proxy.target), encoded: nothing is tidied on the way.
             # Never follow a redirect: following one sends the request (and, to another origin,
             # perhaps the key) where the lock did not say, as a POST the count would not see. The
             # guest gets the answer as the provider gave it, and it is recorded so.
             async with self._session.post(
-                cell.upstream + request.path_qs,
+                URL(cell.upstream + target.path_qs, encoded=True),
                 data=body,
                 headers=headers,
                 timeout=timeout,

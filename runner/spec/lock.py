@@ -333,6 +333,10 @@ class TaskSource(FrozenModel):
         return self
 
 
+# The wire API a model is reached by; its endpoint paths: runner.proxy.target.API_ENDPOINTS.
+Api = Literal["openai-completions", "openai-responses", "anthropic-messages"]
+
+
 class Model(FrozenModel):
     """A model endpoint. ``key_env`` is the NAME of the host variable holding the key."""
 
@@ -342,7 +346,7 @@ class Model(FrozenModel):
     provider: Slug
     model: str = Field(min_length=1)
     thinking: Literal["off", "minimal", "low", "medium", "high", "xhigh"]
-    api: Literal["openai-completions", "openai-responses", "anthropic-messages"]
+    api: Api
     base_url: str = Field(pattern=r"^(https?|scripted)://\S+$")
     key_env: str
     ca_bundle: str | None = Field(
