@@ -1,13 +1,14 @@
 """The proxy sends on only inside the lock's base path: a request target is one of the API's
-endpoint paths as written, or it is refused (404, ``not_an_api_path``) and recorded with why.
-Over real loopback HTTP, the guest's bytes as written (a raw socket: no client library tidies a
-target), a stand-in upstream behind."""
+endpoint paths as written, or it is refused (404, ``not_an_api_path``) and recorded with why; a
+body over the limit is a 413 recorded ``too_large``; nothing is answered to a request without
+the cell's bearer but its 401 (no "100 Continue"). Over real loopback HTTP, the guest's bytes as
+written (a raw socket: no client library tidies a target), a stand-in upstream behind."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import aiohttp
@@ -16,6 +17,7 @@ from aiohttp import web
 
 from runner.core.files import read_model
 from runner.proxy import CredentialProxy, ProxyCellCounts
+from runner.proxy.server import MAX_REQUEST_BYTES
 from runner.proxy.target import API_ENDPOINTS, Endpoint, Refused, api_target
 from runner.records.paths import RunPaths
 from runner.spec.lock import Api
@@ -182,6 +184,81 @@ def test_each_apis_endpoint_is_sent_on_under_the_base_path_with_its_query(
     ] * 2
     assert [e.refusal for e in counts.requests] == [None, None]
     assert counts.physical_posts == 2
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_a_body_over_the_limit_is_a_413_recorded_too_large(
+    proxy: CredentialProxy, paths: RunPaths, framing: str
+) -> None:
+    """65 MiB: refused by its Content-Length before a byte is read, or as it is read when it
+    comes chunked. Before the fix the record said ('forwarded', 0)."""
+    size = MAX_REQUEST_BYTES + 1024 * 1024
+
+    async def chunks() -> AsyncIterator[bytes]:
+        piece = b"x" * (1024 * 1024)
+        for _ in range(size // len(piece)):
+            yield piece
+
+    async def client(bearer: str) -> None:
+        data = b"x" * size if framing == "content-length" else chunks()
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                proxy.base_url + "/chat/completions",
+                data=data,
+                headers={"Authorization": f"Bearer {bearer}"},
+            ) as response,
+        ):
+            assert response.status == 413
+
+    received, counts = through_upstream(proxy, "openai-completions", client)
+    assert received == []
+    [entry] = counts.requests
+    assert (entry.outcome, entry.status) == ("too_large", 413)  # was ("forwarded", 0)
+    assert entry.refusal is None
+    assert (counts.physical_posts, counts.unsent_posts, counts.upstream_statuses) == (0, 0, {})
+    assert read_model(paths.proxy_counts("cell-1"), ProxyCellCounts) == counts
+
+
+# (bearer is the cell's, target, Content-Length, Expect): the answer, with no "100 Continue"
+# before it, and the outcome recorded.
+NO_CONTINUE: list[tuple[bool, str, int, str, int, str]] = [
+    (False, "/chat/completions", len(BODY), "100-continue", 401, "rejected"),
+    (True, "/../../admin/chat/completions", len(BODY), "100-continue", 404, "not_an_api_path"),
+    (True, "/chat/completions", MAX_REQUEST_BYTES + 1, "100-continue", 413, "too_large"),
+    (True, "/chat/completions", len(BODY), "something-else", 417, "expectation_failed"),
+]
+
+
+@pytest.mark.parametrize(
+    ("cells", "target", "length", "expect", "status", "outcome"),
+    NO_CONTINUE,
+    ids=["wrong-bearer", "outside-the-base-path", "too-large", "unknown-expectation"],
+)
+def test_a_refused_request_gets_no_100_continue(
+    proxy: CredentialProxy,
+    cells: bool,
+    target: str,
+    length: int,
+    expect: str,
+    status: int,
+    outcome: str,
+) -> None:
+    """A client that waits for "100 Continue" before it sends the body: a request the proxy
+    will not send on gets its refusal first and only (before the fix, a wrong bearer's 100
+    Continue came before its 401), and the body is not asked for."""
+    answers: list[bytes] = []
+
+    async def client(bearer: str) -> None:
+        offered = bearer if cells else "wrong-bearer"
+        head = post_head(target, offered, length, f"Expect: {expect}")
+        answers.append(await raw_exchange(proxy, head))  # no body: it waits for 100
+
+    received, counts = through_upstream(proxy, "openai-completions", client)
+    assert received == []
+    assert answers[0].startswith(f"HTTP/1.1 {status} ".encode()), answers[0][:40]
+    assert b"100 Continue" not in answers[0]
+    assert [(e.outcome, e.status) for e in counts.requests] == [(outcome, status)]
 
 
 @pytest.mark.parametrize(("target", "why"), REFUSED)

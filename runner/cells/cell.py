@@ -160,7 +160,9 @@ class PhaseTimer:
         self.current = None
 
 
-_NOT_A_MODEL_REQUEST = frozenset({"rejected", "not_an_api_path"})
+# Refused before it could be a model request: a wrong bearer, no API endpoint, an Expect the
+# proxy does not meet. A body over the limit is one (the agent asked, at too great a length).
+_NOT_A_MODEL_REQUEST = frozenset({"rejected", "not_an_api_path", "expectation_failed"})
 
 
 @dataclass(frozen=True)

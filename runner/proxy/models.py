@@ -14,6 +14,8 @@ RequestOutcome = Literal[
     "forwarded",  # sent to the provider; status is the provider's
     "rejected",  # refused here (wrong, expired or previous-cell bearer): 401, never forwarded
     "not_an_api_path",  # right bearer, no POST to an endpoint of the lock's API: 404, not forwarded
+    "too_large",  # right bearer and path, a body over the proxy's limit: 413, not forwarded
+    "expectation_failed",  # right bearer and path, an Expect other than 100-continue: 417
     "upstream_failed",  # sent, but the answer was dropped, late, or in an unreadable encoding
     "not_sent",  # no connection to the provider (refused, DNS, TLS certificate): 502, not a byte
     "cancelled",  # still running when its cell closed

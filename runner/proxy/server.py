@@ -165,14 +165,26 @@ class _Exchange:
         self.first_byte_ms = (time.perf_counter() - self.started) * 1000
 
 
-async def _expect(request: web.BaseRequest) -> None:
-    """What aiohttp's router does before a handler (the low-level server does not): a client
-    that waits for "100 Continue" before it sends the body gets it; other expectations fail."""
-    if request.version != HttpVersion11:
-        return
-    if request.headers["Expect"].lower() != "100-continue":
-        raise web.HTTPExpectationFailed(text=f"Unknown Expect: {request.headers['Expect']}")
+def _refused(request: web.BaseRequest, status: int, message: str) -> web.Response:
+    """An answer of the proxy's own. A client that sent ``Expect: 100-continue`` still holds
+    the body, which is no longer wanted: the connection ends with the answer."""
+    response = web.json_response({"error": {"message": message}}, status=status)
+    if request.headers.get("Expect") and not request.content.is_eof():
+        response.force_close()
+    return response
+
+
+async def _continue(request: web.BaseRequest) -> bool:
+    """What aiohttp's router does before a handler (the low-level server does not), here only
+    once the request is to be sent on: a client that waits for "100 Continue" before it sends
+    the body gets it. False: an expectation the proxy cannot meet (417)."""
+    expect = request.headers.get("Expect")
+    if expect is None or request.version != HttpVersion11:
+        return True
+    if expect.lower() != "100-continue":
+        return False
     await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    return True
 
 
 def _offered_credential(request: web.BaseRequest) -> tuple[str, str]:
@@ -502,8 +514,6 @@ class CredentialProxy:
         )
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        if request.headers.get("Expect"):
-            await _expect(request)
         cell = self._cell
         exchange = _Exchange(
             started_at=datetime.now(UTC),
@@ -515,13 +525,15 @@ class CredentialProxy:
         header, offered = _offered_credential(request)
         response: web.StreamResponse
         try:
+            # Nothing is answered to a request without the cell's bearer but its 401: no
+            # "100 Continue" (the body is never wanted), no word on its path.
             if not self._admits(cell, offered):
                 if cell is None:
                     self.rejected_outside_cells += 1
                 else:
                     cell.rejected_requests += 1
                 exchange.outcome, exchange.status = "rejected", 401
-                return web.json_response({"error": {"message": "invalid bearer"}}, status=401)
+                return _refused(request, 401, "invalid bearer")
             assert cell is not None
             target = (
                 api_target(request.raw_path, cell.model.api)
@@ -531,7 +543,7 @@ class CredentialProxy:
             if isinstance(target, Refused):
                 exchange.outcome, exchange.status = "not_an_api_path", 404
                 exchange.refusal = target.why
-                return web.json_response({"error": {"message": "not an API path"}}, status=404)
+                return _refused(request, 404, "not an API path")
             task = asyncio.current_task()
             assert task is not None
             cell.in_flight.add(task)
@@ -546,6 +558,21 @@ class CredentialProxy:
         finally:
             self._record(cell, exchange)
 
+    @staticmethod
+    async def _too_large(
+        request: web.BaseRequest, exchange: _Exchange, sending: bool
+    ) -> web.Response:
+        """A body over the limit, by its Content-Length before it is read (and before a "100
+        Continue"), or as it is read: never sent on. A client ``sending`` its body has the
+        rest read and dropped before the answer, which it then reads whole (answered while it
+        still sends, it may see only a reset); one that waits for "100 Continue" sends none."""
+        exchange.outcome, exchange.status = "too_large", 413
+        log.warning("proxy: a request body over %d bytes refused", MAX_REQUEST_BYTES)
+        if sending:
+            while await request.content.readany():
+                pass
+        return _refused(request, 413, f"request body over {MAX_REQUEST_BYTES} bytes")
+
     async def _forward(
         self,
         request: web.BaseRequest,
@@ -555,8 +582,16 @@ class CredentialProxy:
         exchange: _Exchange,
     ) -> web.StreamResponse:
         assert self._session is not None
+        if (request.content_length or 0) > MAX_REQUEST_BYTES:
+            return await self._too_large(request, exchange, not request.headers.get("Expect"))
+        if not await _continue(request):
+            exchange.outcome, exchange.status = "expectation_failed", 417
+            return _refused(request, 417, "unknown Expect")
         headers = _upstream_headers(request, header, cell.key)
-        body = await request.read()
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:  # a body without a Content-Length
+            return await self._too_large(request, exchange, sending=True)
         exchange.request_bytes = len(body)
         if cell.physical_posts == 0:
             cell.first_request = prompt_footprint(target.path, body)
