@@ -17,7 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+import runner.cli.check_archive as check_archive_cli
+from runner.cli.main import cli
 from runner.records.paths import RunPaths
 from runner.run.archive import write_archive
 from runner.run.archive_format import BLOCK, RECORD
@@ -368,4 +371,25 @@ def test_a_link_member_is_refused(
         key,
         f"at byte {at} of the tar stream, typeflag {typeflag!r}: `runner archive` writes regular "
         "files ('0'), each with at most one pax header ('x') before it",
+    )
+
+
+def test_an_error_no_link_foresaw_still_ends_in_a_verdict(
+    archive: Path,  # noqa: F811
+    key: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whatever a malformed archive raises, the output's last line is the verdict (#34 item 5)."""
+
+    def unforeseen(archive: Path, pinned: object) -> None:
+        raise ValueError("invalid literal for int() with base 10: 'junk'\nsecond line")
+
+    monkeypatch.setattr(check_archive_cli, "check_archive", unforeseen)
+    done = CliRunner().invoke(cli, ["check-archive", str(archive), "--key", str(key)])
+    assert (done.exit_code == 1 and done.exception is None) or isinstance(
+        done.exception, SystemExit
+    )
+    assert done.output.splitlines()[-1] == (
+        "archive BROKEN: the check stopped on what it read (ValueError: invalid literal for "
+        "int() with base 10: 'junk'\\nsecond line)"
     )
