@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from runner.core.errors import InputError, terminal_safe
+from runner.core.errors import InputError, RunnerError, terminal_safe
 from runner.run.check_archive import ArchiveBroken, check_archive
 from runner.run.signing import PublicKey
 
@@ -54,4 +54,10 @@ def check_archive_command(
     except ArchiveBroken as broken:
         click.echo(f"archive BROKEN: {terminal_safe(str(broken))}")
         sys.exit(broken.exit_code)
+    except RunnerError:
+        raise  # this machine's problem (no ssh-keygen, say), not the archive's
+    except Exception as error:  # input no link foresaw: still a verdict line, never a traceback
+        said = terminal_safe(f"{type(error).__name__}: {error}")
+        click.echo(f"archive BROKEN: the check stopped on what it read ({said})")
+        sys.exit(ArchiveBroken.exit_code)
     click.echo(terminal_safe(verdict.line))

@@ -18,22 +18,22 @@ from __future__ import annotations
 import gzip
 import io
 import os
-import posixpath
 import shutil
 import tarfile
 import tempfile
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Literal
 
 from pydantic import Field
 
-from runner.core.archives import extract
 from runner.core.canonical import canonical_json, file_digest
 from runner.core.errors import InputError, RunnerError
 from runner.core.files import read_model
 from runner.core.models import FrozenModel, Sha256
 from runner.records.paths import RunPaths
+from runner.run.archive_format import Member, read_members
 from runner.run.scan import scan
 from runner.run.signing import OperatorKey
 
@@ -130,62 +130,91 @@ def _add(tar: tarfile.TarFile, name: str, size: int, data: BinaryIO) -> None:
     tar.addfile(info, data)
 
 
-def write_tarball(target: BinaryIO, paths: RunPaths, manifest: ArchiveManifest, sig: bytes) -> None:
-    """The tarball's bytes: the manifest and its signature first, then the kept files, sorted."""
-    manifest_bytes = canonical_json(manifest) + b"\n"
+def write_members(target: BinaryIO, members: Iterable[tuple[str, int, BinaryIO]]) -> None:
+    """Each (name, size, bytes) as a member, in the format runner.run.archive_format reads."""
     with (
         gzip.GzipFile(filename="", mode="wb", fileobj=target, mtime=0) as zipped,
         tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
+        for name, size, data in members:
+            _add(tar, name, size, data)
+
+
+def write_tarball(target: BinaryIO, paths: RunPaths, manifest: ArchiveManifest, sig: bytes) -> None:
+    """The tarball's bytes: the manifest and its signature first, then the kept files, sorted."""
+    manifest_bytes = canonical_json(manifest) + b"\n"
+
+    def members() -> Iterator[tuple[str, int, BinaryIO]]:
         for name, data in ((MANIFEST, manifest_bytes), (MANIFEST_SIGNATURE, sig)):
-            _add(tar, f"{manifest.run}/{name}", len(data), io.BytesIO(data))
+            yield f"{manifest.run}/{name}", len(data), io.BytesIO(data)
         for entry in manifest.files:
             if entry.kept:
                 with (paths.run_dir / entry.path).open("rb") as handle:
-                    _add(tar, f"{manifest.run}/{entry.path}", entry.size, handle)
+                    yield f"{manifest.run}/{entry.path}", entry.size, handle
+
+    write_members(target, members())
 
 
 def unpack(archive: Path, into: Path) -> str:
-    """Unpack the tarball under ``into`` (runner.core.archives: nothing lands outside it) and
-    return its one top directory. Every member is admitted before a byte is written
-    (``admitted``). Only plain files: a link would let two names share bytes."""
+    """Unpack the tarball under ``into`` and return its one top directory. The archive is read
+    twice by runner.run.archive_format, which accepts only the format ``write_members`` writes
+    (plain files, nothing after the end): once to admit every member (``admitted``) before a
+    byte is written, once to write them."""
+    captured: dict[str, bytes] = {}
+
+    def capture(member: Member) -> BinaryIO | None:
+        if PurePosixPath(member.name).name != MANIFEST or member.size > MAX_RECORD_BYTES:
+            return None
+        return _Captured(lambda data: captured.__setitem__(member.name, data))
+
     try:
-        with tarfile.open(archive, mode="r:gz") as tar:
-            members = tar.getmembers()  # headers only: the stream is read, nothing written
-            odd = next((member.name for member in members if not member.isfile()), None)
-            if odd is not None:
-                raise InputError(f"{archive}: member {odd!r} is not a plain file")
-            top = admitted(
-                archive,
-                tar,
-                members,
-                shutil.disk_usage(into if into.exists() else into.parent).free,
-            )
-            extract(tar, into)
-    except (tarfile.TarError, OSError, EOFError) as error:
-        raise InputError(f"{archive}: not a readable archive: {error}") from None
+        members = read_members(archive, capture)
+        free = shutil.disk_usage(into if into.exists() else into.parent).free
+        top = admitted(archive, members, captured, free)
+        into.mkdir(parents=True, exist_ok=True)
+
+        def write(member: Member) -> BinaryIO:
+            target = into / member.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            return target.open("xb")
+
+        if read_members(archive, write) != members:
+            raise InputError(f"{archive}: changed while it was read")
+    except OSError as error:
+        raise InputError(f"{archive}: cannot be read or unpacked: {error}") from None
     return top
 
 
-def admitted(archive: Path, tar: tarfile.TarFile, members: list[tarfile.TarInfo], free: int) -> str:
+class _Captured(io.BytesIO):
+    """A member's bytes, handed to ``keep`` when the reader closes it."""
+
+    def __init__(self, keep: Callable[[bytes], object]) -> None:
+        super().__init__()
+        self._keep = keep
+
+    def close(self) -> None:
+        if not self.closed:
+            self._keep(self.getvalue())
+        super().close()
+
+
+def admitted(archive: Path, members: list[Member], captured: dict[str, bytes], free: int) -> str:
     """The archive's one top directory, once every member passes, read from the headers and the
-    manifest alone: each name canonical (no ``./``, ``//``) and unique, each file a kept entry
+    manifest alone (``captured``: the bytes of each member named like it): each name unique
+    (runner.run.archive_format refuses a name not in canonical form), each file a kept entry
     of the manifest with its size, the manifest and its signature small, the whole no larger
     than ``MAX_UNPACKED_BYTES`` or the disk's free space. The manifest's signature and the
     files' digests are checked after unpacking (check_archive)."""
     names = [member.name for member in members]
-    tops = {PurePosixPath(name).parts[0] for name in names if name}
+    tops = {PurePosixPath(name).parts[0] for name in names}
     if len(tops) != 1:
         raise InputError(f"{archive}: expected one top directory, found {sorted(tops)!r}")
     top = tops.pop()
-    for name in names:
-        if name != posixpath.normpath(name) or name.startswith("/"):
-            raise InputError(f"{archive}: member name {name!r} is not in canonical form")
     twice = next((name for name, count in Counter(names).items() if count > 1), None)
     if twice is not None:
         raise InputError(f"{archive}: two members are named {twice!r}")
     by_name = {member.name: member for member in members}
-    manifest = _manifest_member(archive, tar, by_name.get(f"{top}/{MANIFEST}"))
+    manifest = _manifest_member(archive, by_name.get(f"{top}/{MANIFEST}"), captured)
     signature = by_name.get(f"{top}/{MANIFEST_SIGNATURE}")
     if signature is None or signature.size > MAX_RECORD_BYTES:
         raise InputError(f"{archive}: {MANIFEST_SIGNATURE} missing or over {MAX_RECORD_BYTES} B")
@@ -211,14 +240,12 @@ def admitted(archive: Path, tar: tarfile.TarFile, members: list[tarfile.TarInfo]
 
 
 def _manifest_member(
-    archive: Path, tar: tarfile.TarFile, member: tarfile.TarInfo | None
+    archive: Path, member: Member | None, captured: dict[str, bytes]
 ) -> ArchiveManifest:
     if member is None or member.size > MAX_RECORD_BYTES:
         raise InputError(f"{archive}: {MANIFEST} missing or over {MAX_RECORD_BYTES} B")
-    stream = tar.extractfile(member)
-    assert stream is not None  # a plain file, checked by the caller
     try:
-        return ArchiveManifest.model_validate_json(stream.read())
+        return ArchiveManifest.model_validate_json(captured[member.name])
     except ValueError as error:
         raise InputError(f"{archive}: {MANIFEST} is malformed: {error}") from None
 

@@ -3,6 +3,8 @@ public key (the one in the archive, or one the reviewer pins).
 
 The links, checked in this order; the first that does not hold is the verdict:
 
+0. the archive is in the gzip and tar subset ``runner archive`` writes, read by
+   runner.run.archive_format alone (what another reader finds in it is what the check read);
 1. the credential scan over the archive's bytes and its members finds nothing;
 2. the manifest's and the receipt's signatures verify with the operator's public key;
 3. every member is in the manifest with its sha256, and every file the manifest keeps is there;
