@@ -40,6 +40,18 @@ UNIT_TEXT = (
     "ExecStart=/bin/true\\n[Install]\\nWantedBy=multi-user.target\\n"
 )
 
+
+def on_each_process_of(executable: str, command: str) -> str:
+    """A guest command: ``command`` (which reads ``$pid``) for each process running
+    ``executable``. It fails when none runs it or the command fails for one (a plain for loop
+    over /proc exits with its last test's status: 1 whenever the last process is another's)."""
+    return (
+        f'pids=$(for p in /proc/[0-9]*; do [ "$(readlink $p/exe)" = {executable} ]'
+        " && echo ${p#/proc/}; done; true)"
+        f' && [ -n "$pids" ] && for pid in $pids; do {command} || exit 1; done'
+    )
+
+
 # name -> (what is done in the running guest, drift checks that must name it). The first nine
 # are the rows of issue #17's table, each once missed by the audit that only knew its scope.
 PLANTS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -147,15 +159,13 @@ PLANTS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("network:neigh:*",),
     ),
     "listener_reniced": (
-        # "; true": a for loop exits with its last test's status, 1 when the last is not sshd
-        'for p in /proc/[0-9]*; do [ "$(readlink $p/exe)" = /usr/sbin/sshd ]'
-        " && renice -n 10 -p ${p#/proc/} >/dev/null; done; true",
+        on_each_process_of("/usr/sbin/sshd", "renice -n 10 -p $pid >/dev/null"),
         ("scheduling:/usr/sbin/sshd",),
     ),
     "journald_limit_lowered": (
-        "for p in /proc/[0-9]*; do"
-        ' [ "$(readlink $p/exe)" = /usr/lib/systemd/systemd-journald ]'
-        " && prlimit --pid ${p#/proc/} --msgqueue=1234:1234; done",
+        on_each_process_of(
+            "/usr/lib/systemd/systemd-journald", "prlimit --pid $pid --msgqueue=1234:1234"
+        ),
         ("scheduling:/usr/lib/systemd/systemd-journald",),
     ),
     "cgroup_limit_written": (
