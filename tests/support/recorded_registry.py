@@ -11,15 +11,15 @@ where the answers came from and how they were trimmed.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
+
+from tests.support.loopback_http import Answer, serve_on_loopback
 
 ANSWERS = Path(__file__).resolve().parents[1] / "registry_answers"
 
@@ -38,35 +38,20 @@ class RecordedRegistry:
         return f"{self.url}/pypi/simple"
 
 
+def _recorded_answer(answers: Path) -> Answer:
+    def answer(path: str, url: str) -> bytes | None:
+        recorded = (answers / f"{unquote(path).strip('/')}.json").resolve()
+        if not recorded.is_relative_to(answers) or not recorded.is_file():
+            return None
+        return recorded.read_bytes()
+
+    return answer
+
+
 @contextmanager
 def recorded_registry(answers: Path = ANSWERS) -> Iterator[RecordedRegistry]:
-    requests: list[str] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            requests.append(self.path)
-            answer = (answers / f"{unquote(self.path).strip('/')}.json").resolve()
-            if not answer.is_relative_to(answers) or not answer.is_file():
-                self.send_error(404)
-                return
-            body = answer.read_bytes()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield RecordedRegistry(f"http://127.0.0.1:{server.server_address[1]}", requests)
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_on_loopback(_recorded_answer(answers), "application/json") as served:
+        yield RecordedRegistry(served.url, served.requests)
 
 
 @pytest.fixture

@@ -9,14 +9,14 @@ import hashlib
 import io
 import json
 import subprocess
-import threading
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote
+
+from tests.support.loopback_http import serve_on_loopback
 
 # A "~" in the version: apt quotes it in the file's URL (%7e), as Debian's "~deb13u1" are.
 DEB_VERSION = "1.0~deb13u1"
@@ -85,34 +85,15 @@ def _stanza(deb: bytes, work: Path) -> bytes:
 @contextmanager
 def upstream_standin(work: Path) -> Iterator[Upstream]:
     deb, wheel = built_deb(work, "bench-extra", DEB_VERSION), built_wheel()
-    requests: list[str] = []
     files = {f"/debian/{DEB_POOL_PATH}": deb, f"/files/{WHEEL_NAME}": wheel}
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            requests.append(self.path)
-            body = files.get(unquote(self.path))
-            if self.path == "/simple/bench-extra/":
-                url = f"http://127.0.0.1:{server.server_address[1]}/files/{WHEEL_NAME}"
-                body = json.dumps({"meta": {"api-version": "1.1"}, "name": "bench-extra", "files": [
-                    {"filename": WHEEL_NAME, "url": url, "size": len(wheel),
-                     "hashes": {"sha256": hashlib.sha256(wheel).hexdigest()}},
-                ]}).encode()  # fmt: skip
-            self.send_response(200 if body is not None else 404)
-            self.send_header("Content-Length", str(len(body or b"")))
-            self.end_headers()
-            self.wfile.write(body or b"")
+    def answer(path: str, url: str) -> bytes | None:
+        if path == "/simple/bench-extra/":
+            return json.dumps({"meta": {"api-version": "1.1"}, "name": "bench-extra", "files": [
+                {"filename": WHEEL_NAME, "url": f"{url}/files/{WHEEL_NAME}", "size": len(wheel),
+                 "hashes": {"sha256": hashlib.sha256(wheel).hexdigest()}},
+            ]}).encode()  # fmt: skip
+        return files.get(unquote(path))
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield Upstream(
-            f"http://127.0.0.1:{server.server_address[1]}", _stanza(deb, work), deb, wheel, requests
-        )
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_on_loopback(answer) as served:
+        yield Upstream(served.url, _stanza(deb, work), deb, wheel, served.requests)
