@@ -138,7 +138,9 @@ wait_for_labs() {
   [ -n "$builder" ] || return 0
   echo "== waiting for this run's labs ($(date -u +%H:%M:%S); logs: .cache/<role>-lab.log)"
   if ! wait "$builder"; then
-    show_logs .cache/image-build.log .cache/smoke-lab.log .cache/tb21-lab.log
+    local lab logs=(.cache/image-build.log)
+    for lab in "${labs[@]}"; do logs+=(".cache/${lab%% *}-lab.log"); done
+    show_logs "${logs[@]}"
     return 1
   fi
   builder=
