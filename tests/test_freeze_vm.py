@@ -27,6 +27,7 @@ from runner.lab.egress import TABLE
 from runner.lab.state import LabState
 from runner.proxy.bearer import new_bearer
 from runner.verify.report import VerifyReport
+from tests.support.runner_cli import on_lab
 from tests.support.vm_fixtures import frozen_lab, vm_lab  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.vm, pytest.mark.guest]
@@ -208,9 +209,7 @@ def note(text: str) -> None:
 
 def runner(*args: str, lab: str) -> subprocess.CompletedProcess[str]:
     started = time.monotonic()
-    done = subprocess.run(
-        ["runner", *args, "--lab", lab], cwd=REPO_ROOT, capture_output=True, text=True, check=False
-    )
+    done = on_lab(*args, lab=lab)
     note(
         f"runner {args[0]} --lab {lab}: exit {done.returncode}, {time.monotonic() - started:.1f} s"
     )

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,9 +28,9 @@ from runner.records.ledger import AttemptRecord, Ledger
 from runner.records.paths import RunPaths
 from tests.support.browser import CI_ARTIFACTS, render
 from tests.support.runner_cli import (
-    RUNNER,
     archived_and_checked,
     execute,
+    on_lab,
     start_execute,
     wait_for_phase,
 )
@@ -48,12 +47,6 @@ def smoke_lab() -> Iterator[LabState]:
     yield from frozen_with_lock(SMOKE_LAB, SMOKE_LOCK)
 
 
-def runner(*args: str, lab: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*RUNNER, *args, "--lab", lab], cwd=REPO_ROOT, capture_output=True, text=True, check=False
-    )
-
-
 def test_verify_names_a_planted_drift_and_a_reset_removes_it(
     smoke_lab: LabState, tmp_path: Path
 ) -> None:
@@ -61,14 +54,14 @@ def test_verify_names_a_planted_drift_and_a_reset_removes_it(
     with guest_transport(smoke_lab).connect(60) as guest:
         guest.check(command, timeout=120)
     report = tmp_path / "planted.json"
-    planted = runner("verify", "--json", str(report), lab=smoke_lab.lab)
+    planted = on_lab("verify", "--json", str(report), lab=smoke_lab.lab)
     assert planted.returncode == 1, planted.stdout + planted.stderr
     assert "drifts from freeze" in planted.stderr
     assert check in {drift["check"] for drift in json.loads(report.read_text())["drifts"]}
 
-    reset = runner("reset", lab=smoke_lab.lab)
+    reset = on_lab("reset", lab=smoke_lab.lab)
     assert reset.returncode == 0, reset.stdout + reset.stderr
-    clean = runner("verify", "--json", str(tmp_path / "clean.json"), lab=smoke_lab.lab)
+    clean = on_lab("verify", "--json", str(tmp_path / "clean.json"), lab=smoke_lab.lab)
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert json.loads((tmp_path / "clean.json").read_text())["drifts"] == []
 

@@ -21,6 +21,13 @@ from runner.spec.resolution import resolution_path
 RUNNER = [sys.executable, "-c", "from runner.cli.main import main; main()"]
 
 
+def on_lab(*args: str, lab: str) -> subprocess.CompletedProcess[str]:
+    """``runner <args> --lab <lab>``, its output kept and its exit status returned."""
+    return subprocess.run(
+        [*RUNNER, *args, "--lab", lab], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+    )
+
+
 def execute(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*RUNNER, "execute", *args],
