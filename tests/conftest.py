@@ -6,12 +6,13 @@ from pathlib import Path
 import pytest
 
 # Session fixtures of the real-VM tier (vm_lab, frozen_lab), the Harbor venv, the cell tests',
-# the registries' recorded answers.
+# the registries' recorded answers, the credential proxy's.
 pytest_plugins = [
     "tests.support.vm_fixtures",
     "tests.support.harbor_venv",
     "tests.support.cell_fixtures",
     "tests.support.recorded_registry",
+    "tests.support.proxy_fixtures",
 ]
 
 REPO = Path(__file__).resolve().parent.parent

@@ -37,7 +37,8 @@ from runner.records.prompt import PromptFootprint
 from runner.spec.lock import Lock, PinnedPackage, load_lock
 from runner.spec.resolution import Resolution, lockfile_path
 from tests.conftest import OPENPI_URL
-from tests.test_pi_host import KEY_ENV, WRITE_ANSWER, scripted
+from tests.support.proxy_fixtures import KEY_ENV, scripted_model
+from tests.test_pi_host import WRITE_ANSWER
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "locks" / "demo.toml"
@@ -238,7 +239,7 @@ def _run_pi(
     agent_dir.mkdir(parents=True)
     work.mkdir()
     (work / "seed.txt").write_text("seed\n")
-    model = scripted()
+    model = scripted_model()
     env = {
         "PATH": f"{node.parent}:/usr/bin:/bin",  # Debian's rg and fdfind in /usr/bin
         "HOME": str(tmp_path),

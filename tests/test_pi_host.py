@@ -36,11 +36,11 @@ from runner.records.paths import RunPaths
 from runner.run.scan import new_canary, scan_run
 from runner.spec.lock import Model, load_lock
 from tests.support.host_harnesses import HOST_HARNESSES
+from tests.support.proxy_fixtures import KEY_ENV, scripted_model
 
 pytestmark = pytest.mark.registry
 
 REPO = Path(__file__).resolve().parent.parent
-KEY_ENV = "PI_HOST_TEST_PROVIDER_KEY"
 WRITE_ANSWER = ProviderScript(
     name="write-answer",
     turns=(
@@ -92,26 +92,9 @@ def key(monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.fixture
-def paths(tmp_path: Path) -> RunPaths:
-    return RunPaths(tmp_path / "run")
-
-
-@pytest.fixture
 def proxy(paths: RunPaths, key: str) -> Iterator[CredentialProxy]:
     with CredentialProxy(paths) as running:
         yield running
-
-
-def scripted(api: str = "openai-completions") -> Model:
-    return Model(
-        id="scripted",
-        provider="scripted",
-        model="reference-solution",
-        thinking="off",
-        api=api,
-        base_url="scripted://local",
-        key_env=KEY_ENV,
-    )  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -198,7 +181,9 @@ def test_agent_completes_a_tool_turn_through_the_proxy(
     agent: Agent,
 ) -> None:
     harness: HostHarness = request.getfixturevalue(agent)
-    run, counts = cell(proxy, paths, harness, "cell-1", scripted(api), WRITE_ANSWER, agent=agent)
+    run, counts = cell(
+        proxy, paths, harness, "cell-1", scripted_model(api), WRITE_ANSWER, agent=agent
+    )
     assert run.returncode == 0, (run.trial / "agent-stderr.log").read_text()
     assert (run.trial / "work" / "answer.txt").read_text() == "42\n"
     assert [m["stopReason"] for m in run.messages() if m["role"] == "assistant"] == [
@@ -231,7 +216,7 @@ def test_pi_sdk_retries_show_as_unattributed_posts(
     # Provider-level retries happen inside one logical attempt: Pi never sees the 500.
     script = WRITE_ANSWER.model_copy(update={"faults": (Fault(post=1, kind="http_error"),)})
     settings = {"retry": {"provider": {"maxRetries": 2}}}
-    run, counts = cell(proxy, paths, pi, "cell-1", scripted(), script, settings)
+    run, counts = cell(proxy, paths, pi, "cell-1", scripted_model(), script, settings)
     assert run.returncode == 0
     result = reconcile(count_logical_attempts_in(run.events), counts)
     assert (result.logical_attempts, result.physical_posts) == (2, 3)
@@ -247,7 +232,7 @@ def test_pi_agent_retries_are_logical_attempts(
     # Pi's default: the 500 ends an assistant message with an error, then Pi tries again.
     script = WRITE_ANSWER.model_copy(update={"faults": (Fault(post=1, kind="http_error"),)})
     settings = {"retry": {"baseDelayMs": 50}}
-    run, counts = cell(proxy, paths, pi, "cell-1", scripted(), script, settings)
+    run, counts = cell(proxy, paths, pi, "cell-1", scripted_model(), script, settings)
     assert run.returncode == 0
     stops = [m["stopReason"] for m in run.messages() if m["role"] == "assistant"]
     assert stops == ["error", "toolUse", "stop"]
@@ -260,7 +245,7 @@ def test_pi_with_a_previous_cells_bearer_is_refused_and_fails_closed(
     pi: HostHarness, proxy: CredentialProxy, paths: RunPaths
 ) -> None:
     old = proxy.open_cell(
-        "cell-1", scripted(), datetime.now(UTC) + timedelta(minutes=5), WRITE_ANSWER
+        "cell-1", scripted_model(), datetime.now(UTC) + timedelta(minutes=5), WRITE_ANSWER
     )
     proxy.close_cell("cell-1")
     run, counts = cell(
@@ -268,7 +253,7 @@ def test_pi_with_a_previous_cells_bearer_is_refused_and_fails_closed(
         paths,
         pi,
         "cell-2",
-        scripted(),
+        scripted_model(),
         WRITE_ANSWER,
         {"retry": {"enabled": False}},
         bearer=old,
@@ -289,7 +274,7 @@ def test_an_agent_that_prints_its_bearer_is_caught_by_the_scan(
         name="leaky",
         turns=(Turn(tool_calls=(ToolCall(arguments={"command": f"echo ${BEARER_ENV}"}),)),),
     )
-    run, _ = cell(proxy, paths, pi, "cell-1", scripted(), script)
+    run, _ = cell(proxy, paths, pi, "cell-1", scripted_model(), script)
     assert run.returncode == 0
     report = scan_run(paths, proxy.secrets_to_scan())  # type: ignore[arg-type]
     assert not report.clean

@@ -7,9 +7,8 @@ import json
 import socket
 import time
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,62 +23,18 @@ from runner.proxy import CredentialProxy, ProxyCellCounts
 from runner.proxy.bearer import BEARER_PREFIX, BEARER_SHAPE, new_bearer
 from runner.records.paths import RunPaths
 from runner.run.scan import scan_run
-from runner.spec.lock import Model
+from tests.support.proxy_fixtures import CHAT, KEY, KEY_ENV, scripted_model, soon, upstream_model
 from tests.support.tls import LoopbackCA, make_ca
 
-KEY_ENV = "PROXY_TEST_PROVIDER_KEY"
-KEY = "real-provider-key-" + "x" * 24
 SCRIPT = ProviderScript(
     name="one-call",
     turns=(Turn(tool_calls=(ToolCall(arguments={"command": "true"}),)),),
 )
-CHAT = {"model": "reference-solution", "messages": [{"role": "user", "content": "hi"}]}
-
-
-def scripted_model(api: str = "openai-completions") -> Model:
-    return Model(
-        id="scripted",
-        provider="scripted",
-        model="reference-solution",
-        thinking="off",
-        api=api,
-        base_url="scripted://local",
-        key_env=KEY_ENV,
-    )  # type: ignore[arg-type]
-
-
-def upstream_model(base_url: str, ca_bundle: Path | None = None) -> Model:
-    return Model(
-        id="upstream",
-        provider="test",
-        model="m",
-        thinking="off",
-        api="openai-completions",
-        base_url=base_url,
-        key_env=KEY_ENV,
-        ca_bundle=None if ca_bundle is None else str(ca_bundle),
-    )
-
-
-def soon(seconds: float = 300) -> datetime:
-    return datetime.now(UTC) + timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def paths(tmp_path: Path) -> RunPaths:
-    return RunPaths(tmp_path / "run")
 
 
 @pytest.fixture
 def ca(tmp_path: Path) -> LoopbackCA:
     return make_ca(tmp_path / "ca")
-
-
-@pytest.fixture
-def proxy(paths: RunPaths, monkeypatch: pytest.MonkeyPatch) -> Iterator[CredentialProxy]:
-    monkeypatch.setenv(KEY_ENV, KEY)
-    with CredentialProxy(paths) as running:
-        yield running
 
 
 async def post(url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, bytes]:

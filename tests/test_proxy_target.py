@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -21,21 +20,9 @@ from runner.proxy.server import MAX_REQUEST_BYTES
 from runner.proxy.target import API_ENDPOINTS, Endpoint, Refused, api_target
 from runner.records.paths import RunPaths
 from runner.spec.lock import Api
-from tests.test_proxy import CHAT, KEY, KEY_ENV, soon, upstream_model
+from tests.support.proxy_fixtures import CHAT, soon, upstream_model
 
 BASE_PATH = "/v1/s/a"  # the lock's base path: two ".." from under it name the upstream's root
-
-
-@pytest.fixture
-def paths(tmp_path: Path) -> RunPaths:
-    return RunPaths(tmp_path / "run")
-
-
-@pytest.fixture
-def proxy(paths: RunPaths, monkeypatch: pytest.MonkeyPatch) -> Iterator[CredentialProxy]:
-    monkeypatch.setenv(KEY_ENV, KEY)
-    with CredentialProxy(paths) as running:
-        yield running
 
 
 def port_of(proxy: CredentialProxy) -> int:
