@@ -35,6 +35,11 @@ _RUNTIME_PACKAGES = {
     ("bun", "x86_64"): ("@oven/bun-linux-x64", "bin/bun"),
     ("bun", "aarch64"): ("@oven/bun-linux-aarch64", "bin/bun"),
 }
+# npm waits five minutes for an answer and then retries twice: against a registry that accepts
+# and never answers, an install would say nothing for a quarter of an hour. An answer within this
+# (one large binary package included), or the install fails with npm's own reason.
+NPM_FETCH_TIMEOUT_S = 120.0
+NPM_FETCH_RETRIES = 2
 # What the agent's package calls its command.
 _AGENT_COMMANDS = {"pi": "pi", "omp": "omp"}
 
@@ -52,7 +57,13 @@ class HostHarness:
         return f"{self.runtime.parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-def npm_install(name: str, version: str, cache_dir: Path = CACHE_DIR) -> Path:
+def npm_install(
+    name: str,
+    version: str,
+    cache_dir: Path = CACHE_DIR,
+    fetch_timeout_s: float = NPM_FETCH_TIMEOUT_S,
+    fetch_retries: int = NPM_FETCH_RETRIES,
+) -> Path:
     """``name@version`` installed under the cache (once); returns its ``node_modules`` parent."""
     target = cache_dir / f"{name.replace('/', '+')}@{version}"
     if target.is_dir():
@@ -72,18 +83,30 @@ def npm_install(name: str, version: str, cache_dir: Path = CACHE_DIR) -> Path:
         "--no-save",
         "--ignore-scripts",
         "--loglevel=error",
+        f"--fetch-timeout={int(fetch_timeout_s * 1000)}",
+        f"--fetch-retries={fetch_retries}",
         f"{name}@{version}",
     ]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         shutil.rmtree(staging, ignore_errors=True)
-        last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise RunnerError(f"npm install {name}@{version} failed: {last}")
+        raise RunnerError(f"npm install {name}@{version} failed: {_npm_reason(result.stderr)}")
     try:
         staging.rename(target)
     except OSError:  # another process finished the same install first
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _npm_reason(stderr: str) -> str:
+    """npm's line that says why (``network timeout at: <url>``, ``404 Not Found - GET <url>``),
+    not its error code or the path of its debug log, which it prints last."""
+    lines = [line.removeprefix("npm error").strip() for line in stderr.strip().splitlines()]
+    said = [line for line in lines if line and not line.startswith(_NPM_BOOKKEEPING)]
+    return said[0] if said else (lines or ["(no output)"])[-1]
+
+
+_NPM_BOOKKEEPING = ("code ", "errno ", "A complete log of this run")
 
 
 def runtime_binary(runtime: str, version: str, cache_dir: Path = CACHE_DIR) -> Path:
