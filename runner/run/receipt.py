@@ -34,10 +34,12 @@ from runner.run.analysis import (
     BatchStats,
     Comparison,
     Metric,
+    UnjudgedTasks,
     batch_stats,
     cells_by_harness,
     compare,
     harness_pairs,
+    unjudged_by_ledger,
 )
 from runner.run.failure_summary import FailureClasses, failure_classes
 from runner.run.requests import HarnessRequests, requests_by_harness
@@ -245,7 +247,9 @@ def compiled_caches(lock: Lock, lines: Iterable[LedgerLine]) -> tuple[CompiledCa
 
 
 class Receipt(FrozenModel):
-    LATE_FIELDS = frozenset({"ledger_chain", "frozen", "signed_by", "placement", "compiled_caches"})
+    LATE_FIELDS = frozenset(
+        {"ledger_chain", "frozen", "signed_by", "placement", "compiled_caches", "unjudged"}
+    )
 
     schema_version: Literal[1] = 1
     status: Status
@@ -261,6 +265,9 @@ class Receipt(FrozenModel):
     placement: PlacementReceipt | None = None  # None only in receipts written before it
     # Per harness, the compiled caches asked and held; None in receipts written before it.
     compiled_caches: tuple[CompiledCacheReceipt, ...] | None = None
+    # The unjudged tasks the pass rates leave out, and the rule that named them; None in
+    # receipts written before it.
+    unjudged: UnjudgedTasks | None = None
 
 
 def totals(lines: Iterable[LedgerLine]) -> Totals:
@@ -304,6 +311,7 @@ def batch_receipt(
     lines: list[LedgerLine],
     run_reasons: tuple[str, ...],
     records: Mapping[str, ProxyCellCounts],
+    unjudged: UnjudgedTasks,
 ) -> BatchReceipt:
     scheduled = {cell.id for cell in batch.cells}
     recorded = [line for line in lines if line.cell_id in scheduled]
@@ -342,7 +350,7 @@ def batch_receipt(
         harnesses=harnesses,
         tasks=tasks,
         comparisons=compare(pairs, cells_by_harness(recorded)),
-        stats=batch_stats(lock, batch, recorded, pairs),
+        stats=batch_stats(lock, batch, recorded, pairs, unjudged),
         requests=requests_by_harness(lock, recorded, records),
     )
 
@@ -384,9 +392,12 @@ def build_receipt(
     aborted: RunAbort | None = None,
     records: Mapping[str, ProxyCellCounts] | None = None,
     evidence_reasons: tuple[str, ...] = (),
+    unjudged: UnjudgedTasks | None = None,
 ) -> Receipt:
     """``records``: the proxy records of the cells, by cell id (a cell without one: none).
-    ``evidence_reasons``: what else contradicts the run's evidence (a broken ledger chain)."""
+    ``evidence_reasons``: what else contradicts the run's evidence (a broken ledger chain).
+    ``unjudged``: the tasks the run's freeze.json cannot judge; None: named by the ledger."""
+    unjudged = unjudged or unjudged_by_ledger(lines)
     run_reasons = [aborted.reason] if aborted else []
     run_reasons += evidence_reasons
     if credential_scan != "clean":
@@ -403,7 +414,7 @@ def build_receipt(
         if cache.contradicts
     ]
     batches = tuple(
-        batch_receipt(lock, batch, lines, tuple(run_reasons), records or {})
+        batch_receipt(lock, batch, lines, tuple(run_reasons), records or {}, unjudged)
         for batch in schedule.batches
     )
     status = max((batch.status for batch in batches), key=_STATUS_ORDER.index)
@@ -418,4 +429,5 @@ def build_receipt(
         failure_classes=failure_classes(lock, schedule, lines),
         placement=placement_of(lock, lines),
         compiled_caches=caches,
+        unjudged=unjudged,
     )

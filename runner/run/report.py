@@ -8,6 +8,7 @@ from pathlib import Path
 
 from runner.core.errors import InputError
 from runner.core.files import read_model, write_atomic, write_model
+from runner.freeze.manifest import FreezeManifest
 from runner.proxy.models import ProxyCellCounts
 from runner.records.ledger import Ledger, LedgerLine
 from runner.records.paths import RunPaths
@@ -22,6 +23,9 @@ from runner.run.analysis import (
     OrderTest,
     PairedComparison,
     PassComparison,
+    UnjudgedTasks,
+    unjudged_by_freeze,
+    unjudged_by_ledger,
 )
 from runner.run.document import (
     NOT_RETURNED,
@@ -123,6 +127,7 @@ def load_run(paths: RunPaths, signed_by: str | None = None) -> Receipt:
     chain = ledger.chain()
     broken = chain.broken_at if chain and chain.state == "broken" else None
     aborted = read_model(paths.aborted, RunAbort) if paths.aborted.exists() else None
+    frozen = frozen_digests(paths)
     receipt = build_receipt(
         lock,
         schedule,
@@ -133,9 +138,27 @@ def load_run(paths: RunPaths, signed_by: str | None = None) -> Receipt:
         records=proxy_records(paths, lines),
         evidence_reasons=((f"ledger chain broken: {broken}",) if broken else ())
         + leak_reasons(paths),
+        unjudged=unjudged_tasks(paths, frozen.freeze_manifest_sha256, lines),
     )
-    evidence = {"ledger_chain": chain, "frozen": frozen_digests(paths), "signed_by": signed_by}
+    evidence = {"ledger_chain": chain, "frozen": frozen, "signed_by": signed_by}
     return with_reference_versions(receipt.model_copy(update=evidence), lock.reference_versions)
+
+
+def unjudged_tasks(paths: RunPaths, audited: str | None, lines: list[LedgerLine]) -> UnjudgedTasks:
+    """The tasks the oracle of the run's freeze.json did not score 1, for runs recorded before
+    the cell runner overruled them too; by the ledger when the run kept no freeze.json (a fleet
+    run, an older run) or one without oracle scores."""
+    if not paths.freeze_manifest.is_file():
+        return unjudged_by_ledger(lines)
+    freeze = read_model(paths.freeze_manifest, FreezeManifest)
+    if audited is not None and freeze.sha256 != audited:
+        raise InputError(
+            f"{paths.freeze_manifest.name}: its sha256 is {freeze.sha256}, the final verify "
+            f"audited {audited}"
+        )
+    if not freeze.oracle:
+        return unjudged_by_ledger(lines, freeze.sha256)
+    return unjudged_by_freeze(freeze)
 
 
 def with_reference_versions(receipt: Receipt, reference: dict[str, str]) -> Receipt:
@@ -260,6 +283,13 @@ def fmt_proportion(proportion: Proportion) -> str:
     )
 
 
+def fmt_pass_rate(group: GroupStats) -> str:
+    """A group with no judged cell is unjudged, not empty: its cells are left out."""
+    if group.passes.n == 0 and group.unjudged is not None:
+        return f"unjudged: {group.unjudged.cells} cells left out"
+    return fmt_proportion(group.passes)
+
+
 def fmt_estimate_interval(estimate: Estimate, spec: str) -> str:
     """The interval as what it is: the bootstrap's, a small sample's range with its coverage,
     or none from too few clusters."""
@@ -311,7 +341,7 @@ def _uncertainty_table(title: str, groups: tuple[GroupStats, ...]) -> Table:
         (
             (
                 group.label,
-                fmt_proportion(group.passes),
+                fmt_pass_rate(group),
                 *(
                     fmt_estimate(getattr(group, metric), _METRIC_FORMATS[metric], group.cells)
                     for metric in ("wall_seconds", "provider_tokens", "physical_posts")
@@ -703,8 +733,45 @@ def run_section(receipt: Receipt) -> list[Block]:
         Heading(1, (f"Benchmark report: {ids.lock_name}",)),
         Paragraph((Strong(f"Status: {receipt.status}"),)),
         *([Note((ids.provider_note,))] if ids.provider_note else []),
+        *_unjudged_rule(receipt),
         _identity_table(receipt),
         *bullets(f"failed closed: {reason}" for reason in receipt.reasons),
+    ]
+
+
+def _unjudged_rule(receipt: Receipt) -> list[Block]:
+    """Which tasks every pass rate leaves out, and by which rule (none in older receipts)."""
+    unjudged = receipt.unjudged
+    if unjudged is None:
+        return []
+    names = ", ".join(unjudged.tasks) or "none"
+    if unjudged.rule == "freeze":
+        audited = receipt.frozen.freeze_manifest_sha256 if receipt.frozen else None
+        which = (
+            "the freeze the final verify audited"
+            if audited == unjudged.freeze_manifest_sha256
+            else "no final verify audited it"
+        )
+        return [
+            Paragraph(
+                (
+                    f"Unjudged tasks, from freeze.json ({which}): {names}; every cell of them is "
+                    "left out of every pass rate.",
+                )
+            )
+        ]
+    kept = (
+        "its freeze.json records no oracle scores"
+        if unjudged.freeze_manifest_sha256
+        else "the run dir keeps no freeze.json"
+    )
+    return [
+        Paragraph(
+            (
+                f"Unjudged tasks, by the ledger ({kept}): a task any of whose cells the cell "
+                f"runner overruled as unjudged: {names}.",
+            )
+        )
     ]
 
 
