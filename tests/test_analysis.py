@@ -23,7 +23,7 @@ from runner.run.analysis import (
     harness_pairs,
     unjudged_by_ledger,
 )
-from runner.run.receipt import build_receipt
+from runner.run.receipt import SCRIPTED_PROVIDER_NOTE, build_receipt
 from runner.run.report import describe, load_run, render_markdown
 from runner.run.stats import Estimate, Interval
 from runner.spec.lock import Lock, load_lock
@@ -322,3 +322,24 @@ def test_a_freeze_json_the_final_verify_did_not_audit_is_refused(
     keep_freeze(paths, GLM.cells[0].task, 0.0, audited=False)
     with pytest.raises(InputError, match=r"^freeze.json: its sha256 is sha256:\w+, the final"):
         load_run(paths)
+
+
+def test_the_position_table_counts_its_medians_cells_and_its_judged_ones() -> None:
+    receipt = build_receipt(LOCK, SCHEDULE, unjudged_ledger(), "clean", "passed")
+    text = render_markdown(receipt)
+    assert "cells)" not in text.split("### Order effects")[1].split("Test:")[0]
+    assert "| 1 | 6/6 = 1.000 [0.610, 1.000] | 10.0 [10.0, 10.0] | 9 (6 judged) |" in text
+
+
+def test_the_scripted_provider_note_is_on_the_batch_that_used_it(seed_lock_path: Path) -> None:
+    glm = next(model for model in LOCK.models if model.id == "glm")
+    scripted = glm.model_copy(update={"base_url": "scripted://local"})
+    models = tuple(scripted if model.id == "glm" else model for model in LOCK.models)
+    lock = LOCK.model_copy(update={"models": models})
+    lines = [line_for(cell) for cell in SCHEDULE.cells]
+    text = render_markdown(build_receipt(lock, SCHEDULE, lines, "clean", "passed"))
+    run, glm_section, luna_section = text.split("\n## Batch ")
+    assert "OFFLINE SCRIPTED PROVIDER" not in run + luna_section
+    assert f"> {SCRIPTED_PROVIDER_NOTE}" in glm_section
+    assert "| harness · task (scripted provider) |" in glm_section
+    assert "(scripted provider)" not in luna_section

@@ -43,7 +43,7 @@ from runner.run.analysis import (
 )
 from runner.run.failure_summary import FailureClasses, failure_classes
 from runner.run.requests import HarnessRequests, requests_by_harness
-from runner.spec.lock import DEFAULT_COMPILED_CACHE, CompiledCache, Lock, Placement
+from runner.spec.lock import DEFAULT_COMPILED_CACHE, CompiledCache, Lock, Model, Placement
 
 Status = Literal["completed", "completed_with_indeterminate", "failed_closed"]
 Stage = Literal["preflight", "cells", "finish"]  # the stages of an execute
@@ -55,7 +55,7 @@ SCRIPTED_PROVIDER_NOTE = (
     "solutions or scripted failures), not from a real model."
 )
 SEEDED_STAND_IN_NOTE = (
-    " Its seeded stand-in (models {models}) draws per cell, from the lock's seed and the cell's "
+    " Its seeded stand-in (model {model}) draws per cell, from the lock's seed and the cell's "
     "id, a number of exploratory turns before the reference solution and, with the lock's "
     "probability, a wrong answer instead: its variation is drawn, not a model's; each cell's "
     "draws are on its ledger line."
@@ -120,6 +120,8 @@ class BatchReceipt(FrozenModel):
     tasks: tuple[GroupSummary, ...]
     comparisons: tuple[Comparison, ...]
     stats: BatchStats | None = None  # None only in receipts written before the stats section
+    # The scripted provider's note when this batch's model is it (None: a real model's batch).
+    provider_note: str | None = None
     # None only in receipts written before it (runner.run.requests).
     requests: tuple[HarnessRequests, ...] | None = None
 
@@ -133,7 +135,8 @@ class Identities(FrozenModel):
     harnesses: dict[str, str]
     task_source: str
     task_revision: str | None
-    provider_note: str | None
+    # The run's scripted-provider note, in receipts written before each batch carried its own.
+    provider_note: str | None = None
 
 
 class FrozenDigests(FrozenModel):
@@ -352,11 +355,11 @@ def batch_receipt(
         comparisons=compare(pairs, cells_by_harness(recorded)),
         stats=batch_stats(lock, batch, recorded, pairs, unjudged),
         requests=requests_by_harness(lock, recorded, records),
+        provider_note=provider_note(model),
     )
 
 
 def identities(lock: Lock, schedule: Schedule) -> Identities:
-    scripted = any(model.is_scripted for model in lock.models)
     return Identities(
         lock_name=lock.name,
         lock_fingerprint=lock.fingerprint,
@@ -371,16 +374,17 @@ def identities(lock: Lock, schedule: Schedule) -> Identities:
         },
         task_source=lock.tasks.git or f"local:{lock.tasks.path}",
         task_revision=lock.tasks.commit,
-        provider_note=provider_note(lock) if scripted else None,
     )
 
 
-def provider_note(lock: Lock) -> str:
-    """The stand-in's note: the scripted provider, and its seeded models when the lock has any."""
-    seeded = [model.id for model in lock.models if model.seeded is not None]
-    if not seeded:
+def provider_note(model: Model) -> str | None:
+    """The stand-in's note for a batch of ``model``: the scripted provider, and its seeded draws
+    when the model is seeded; None for a real model."""
+    if not model.is_scripted:
+        return None
+    if model.seeded is None:
         return SCRIPTED_PROVIDER_NOTE
-    return SCRIPTED_PROVIDER_NOTE + SEEDED_STAND_IN_NOTE.format(models=", ".join(seeded))
+    return SCRIPTED_PROVIDER_NOTE + SEEDED_STAND_IN_NOTE.format(model=model.id)
 
 
 def build_receipt(

@@ -4,6 +4,7 @@ its plots, runner.run.html_report) from a run directory."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from runner.core.errors import InputError
@@ -23,6 +24,7 @@ from runner.run.analysis import (
     OrderTest,
     PairedComparison,
     PassComparison,
+    PositionStats,
     UnjudgedTasks,
     unjudged_by_freeze,
     unjudged_by_ledger,
@@ -479,8 +481,8 @@ def _order_section(stats: BatchStats) -> list[Block]:
                 (
                     str(p.position),
                     fmt_proportion(p.passes),
-                    fmt_estimate(p.wall_seconds, ",.1f", p.passes.n),
-                    str(p.passes.n),
+                    fmt_estimate(p.wall_seconds, ",.1f", position_cells(p)),
+                    fmt_position_cells(p),
                 )
                 for p in stats.order.positions
             ),
@@ -488,6 +490,17 @@ def _order_section(stats: BatchStats) -> list[Block]:
         Paragraph((f"Test: {methods.order_test}.",)),
         *bullets(_order_line(test, methods) for test in stats.order.tests),
     ]
+
+
+def position_cells(position: PositionStats) -> int:
+    # Receipts written before the count kept only the judged cells'.
+    return position.passes.n if position.cells is None else position.cells
+
+
+def fmt_position_cells(position: PositionStats) -> str:
+    """Every cell at the position (the median's), and the judged ones (the pass rate's)."""
+    cells = position_cells(position)
+    return str(cells) if cells == position.passes.n else f"{cells} ({position.passes.n} judged)"
 
 
 def _stats_section(stats: BatchStats, labels: dict[str, str]) -> list[Block]:
@@ -684,7 +697,23 @@ def _batch_section(batch: BatchReceipt) -> list[Block]:
     if batch.requests is not None:
         blocks += _requests_section(batch.requests)
         blocks += _start_up_section(batch.requests)
-    return blocks
+    return blocks if batch.provider_note is None else scripted(blocks, batch.provider_note)
+
+
+SCRIPTED_TABLE = " (scripted provider)"
+
+
+def scripted(blocks: list[Block], note: str) -> list[Block]:
+    """A scripted batch's blocks: its note under the heading, and each table marked, so a table
+    read alone (a copied row, the HTML's) still says its answers were not a model's."""
+    heading, *rest = blocks
+    marked = [
+        replace(block, headers=(block.headers[0] + SCRIPTED_TABLE, *block.headers[1:]))
+        if isinstance(block, Table)
+        else block
+        for block in rest
+    ]
+    return [heading, Note((note,)), *marked]
 
 
 def _identity_table(receipt: Receipt) -> Table:
@@ -727,7 +756,8 @@ def _evidence_rows(receipt: Receipt) -> list[tuple[str, str]]:
 
 
 def run_section(receipt: Receipt) -> list[Block]:
-    """The title, the status, the provider note and the frozen identities of the run."""
+    """The title, the status, the provider note of a receipt written before each batch carried
+    its own, and the frozen identities of the run."""
     ids = receipt.identities
     return [
         Heading(1, (f"Benchmark report: {ids.lock_name}",)),
