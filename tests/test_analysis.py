@@ -8,9 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runner.core.errors import InputError
 from runner.core.files import read_model, write_model
-from runner.freeze.manifest import OracleScore
+from runner.freeze.manifest import FreezeManifest, OracleScore
 from runner.records.ledger import Ledger, LedgerLine
 from runner.records.paths import RunPaths
 from runner.records.schedule import Schedule, build_schedule
@@ -315,13 +314,20 @@ def test_a_run_dir_without_freeze_json_says_which_rule_named_the_unjudged_tasks(
     )
 
 
-def test_a_freeze_json_the_final_verify_did_not_audit_is_refused(
+def test_a_freeze_json_the_final_verify_did_not_audit_fails_the_run_closed(
     seed_lock_path: Path, tmp_path: Path
 ) -> None:
+    task = GLM.cells[0].task
     paths = unjudged_run_dir(seed_lock_path, tmp_path / "run", [])
-    keep_freeze(paths, GLM.cells[0].task, 0.0, audited=False)
-    with pytest.raises(InputError, match=r"^freeze.json: its sha256 is sha256:\w+, the final"):
-        load_run(paths)
+    keep_freeze(paths, task, 0.0, audited=False)
+    receipt = load_run(paths)
+    assert receipt.status == "failed_closed"
+    kept = read_model(paths.freeze_manifest, FreezeManifest).sha256
+    assert f"freeze.json: its sha256 is {kept}, the final verify audited sha256:{'0' * 64}" in (
+        receipt.reasons
+    )
+    text = render_markdown(receipt)
+    assert f"Unjudged tasks, from freeze.json (no final verify audited it): {task};" in text
 
 
 def test_the_position_table_counts_its_medians_cells_and_its_judged_ones() -> None:

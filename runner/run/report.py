@@ -130,6 +130,11 @@ def load_run(paths: RunPaths, signed_by: str | None = None) -> Receipt:
     broken = chain.broken_at if chain and chain.state == "broken" else None
     aborted = read_model(paths.aborted, RunAbort) if paths.aborted.exists() else None
     frozen = frozen_digests(paths)
+    freeze = (
+        read_model(paths.freeze_manifest, FreezeManifest)
+        if paths.freeze_manifest.is_file()
+        else None
+    )
     receipt = build_receipt(
         lock,
         schedule,
@@ -139,28 +144,31 @@ def load_run(paths: RunPaths, signed_by: str | None = None) -> Receipt:
         aborted,
         records=proxy_records(paths, lines),
         evidence_reasons=((f"ledger chain broken: {broken}",) if broken else ())
-        + leak_reasons(paths),
-        unjudged=unjudged_tasks(paths, frozen.freeze_manifest_sha256, lines),
+        + leak_reasons(paths)
+        + unaudited_freeze(freeze, frozen.freeze_manifest_sha256),
+        unjudged=unjudged_tasks(freeze, lines),
     )
     evidence = {"ledger_chain": chain, "frozen": frozen, "signed_by": signed_by}
     return with_reference_versions(receipt.model_copy(update=evidence), lock.reference_versions)
 
 
-def unjudged_tasks(paths: RunPaths, audited: str | None, lines: list[LedgerLine]) -> UnjudgedTasks:
+def unjudged_tasks(freeze: FreezeManifest | None, lines: list[LedgerLine]) -> UnjudgedTasks:
     """The tasks the oracle of the run's freeze.json did not score 1, for runs recorded before
     the cell runner overruled them too; by the ledger when the run kept no freeze.json (a fleet
     run, an older run) or one without oracle scores."""
-    if not paths.freeze_manifest.is_file():
+    if freeze is None:
         return unjudged_by_ledger(lines)
-    freeze = read_model(paths.freeze_manifest, FreezeManifest)
-    if audited is not None and freeze.sha256 != audited:
-        raise InputError(
-            f"{paths.freeze_manifest.name}: its sha256 is {freeze.sha256}, the final verify "
-            f"audited {audited}"
-        )
     if not freeze.oracle:
         return unjudged_by_ledger(lines, freeze.sha256)
     return unjudged_by_freeze(freeze)
+
+
+def unaudited_freeze(freeze: FreezeManifest | None, audited: str | None) -> tuple[str, ...]:
+    """A kept freeze.json the final verify did not audit contradicts the run's evidence, as a
+    broken chain does: the run fails closed (check-archive refuses it too)."""
+    if freeze is None or audited is None or freeze.sha256 == audited:
+        return ()
+    return (f"freeze.json: its sha256 is {freeze.sha256}, the final verify audited {audited}",)
 
 
 def with_reference_versions(receipt: Receipt, reference: dict[str, str]) -> Receipt:
