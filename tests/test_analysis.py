@@ -8,15 +8,28 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runner.records.ledger import LedgerLine
+from runner.core.files import read_model, write_model
+from runner.freeze.manifest import FreezeManifest, OracleScore
+from runner.records.ledger import Ledger, LedgerLine
+from runner.records.paths import RunPaths
 from runner.records.schedule import Schedule, build_schedule
 from runner.run import stats
-from runner.run.analysis import Comparison, batch_stats, cells_by_harness, compare, harness_pairs
-from runner.run.receipt import build_receipt
-from runner.run.report import describe, render_markdown
+from runner.run.analysis import (
+    Comparison,
+    batch_stats,
+    cells_by_harness,
+    compare,
+    harness_pairs,
+    unjudged_by_ledger,
+)
+from runner.run.receipt import SCRIPTED_PROVIDER_NOTE, build_receipt
+from runner.run.report import describe, load_run, render_markdown
 from runner.run.stats import Estimate, Interval
 from runner.spec.lock import Lock, load_lock
-from tests.support.ledger_factory import line_for
+from runner.verify.report import VerifyReport
+from tests.support.freeze_factory import manifest_of
+from tests.support.ledger_factory import line_for, new_run_dir
+from tests.test_report_cli import passed_verify
 
 SEED_LOCK = Path(__file__).resolve().parents[1] / "locks" / "seed-54.toml"
 LOCK: Lock = load_lock(SEED_LOCK)
@@ -83,7 +96,7 @@ def test_every_estimate_lies_inside_its_interval(seed: int) -> None:
         assert comparison.interval is None or (
             comparison.interval.low - 1e-9 <= comparison.ratio <= comparison.interval.high + 1e-9
         ), comparison
-    found = batch_stats(LOCK, GLM, lines, pairs)
+    found = batch_stats(LOCK, GLM, lines, pairs, unjudged_by_ledger(lines))
     for group in (*found.harnesses, *found.harness_tasks):
         for estimate in (group.wall_seconds, group.provider_tokens, group.physical_posts):
             assert inside(estimate.value, estimate), (group.label, estimate)
@@ -166,7 +179,8 @@ def unjudged_ledger() -> list[LedgerLine]:
 
 
 def test_an_unjudged_task_s_cells_leave_the_pass_rates() -> None:
-    found = batch_stats(LOCK, GLM, unjudged_ledger(), harness_pairs(LOCK.harnesses))
+    lines = unjudged_ledger()
+    found = batch_stats(LOCK, GLM, lines, harness_pairs(LOCK.harnesses), unjudged_by_ledger(lines))
     rates = {g.harness: g for g in found.harnesses}
     assert (rates["openpi"].passes.successes, rates["openpi"].passes.n) == (6, 6)
     assert (rates["bare-pi"].passes.successes, rates["bare-pi"].passes.n) == (6, 6)
@@ -224,3 +238,114 @@ def test_the_permutation_stays_inside_its_strata() -> None:
     assert test.statistic > 25 and test.p_value == 1.0
     mixed = stats.stratified_permutation(values, groups, [0] * 40)
     assert mixed.p_value < 0.001
+
+
+def unjudged_run_dir(seed_lock_path: Path, run_dir: Path, lines: list[LedgerLine]) -> RunPaths:
+    """A run dir holding ``lines`` (every batch's other cells passing) and a final verify."""
+    paths, schedule = new_run_dir(seed_lock_path, run_dir)
+    recorded = {line.cell_id for line in lines}
+    others = [line_for(cell) for cell in schedule.cells if cell.id not in recorded]
+    ledger = Ledger(paths)
+    for line in lines + others:
+        ledger.append(line)
+    passed_verify(paths)
+    return paths
+
+
+def keep_freeze(paths: RunPaths, task: str, reward: float, audited: bool = True) -> None:
+    """freeze.json whose oracle of ``task`` scored ``reward``; the final verify audited it."""
+    collected = {"kernel": "6.12", "packages": {}, "images": [], "listening": []}
+    oracle = (OracleScore(task=task, reward=reward, seconds=1.0),)
+    freeze = manifest_of({}, collected).model_copy(update={"oracle": oracle})
+    write_model(paths.freeze_manifest, freeze)
+    if audited:
+        final = read_model(paths.final_verify, VerifyReport)
+        update = {"freeze_manifest_sha256": freeze.sha256}
+        write_model(paths.final_verify, final.model_copy(update=update))
+
+
+def test_a_timed_out_cell_of_an_unjudged_task_leaves_the_pass_rates() -> None:
+    """The runner overrules only a pass or a fail of an unjudged task: the cell that timed out
+    stays indeterminate, yet says no more of the harness than its overruled neighbours."""
+    task = GLM.cells[0].task
+    lines = [
+        line_for(next(c for c in GLM.cells if c.id == line.cell_id), outcome="indeterminate")
+        if (line.task, line.harness, line.repeat) == (task, "openpi", 1)
+        else line
+        for line in unjudged_ledger()
+    ]
+    receipt = build_receipt(LOCK, SCHEDULE, lines, "clean", "passed")
+    found = receipt.batches[0].stats
+    assert found is not None
+    openpi = next(g for g in found.harnesses if g.harness == "openpi")
+    assert (openpi.passes.successes, openpi.passes.n) == (6, 6)
+    assert openpi.unjudged is not None and openpi.unjudged.cells == 3
+
+
+def test_a_run_recorded_before_the_rule_takes_its_unjudged_task_from_freeze_json(
+    seed_lock_path: Path, tmp_path: Path
+) -> None:
+    """Every cell passed (no line says unjudged); the kept freeze's oracle of the first task
+    scored 0: none of that task's passes counts, in any outcome."""
+    task = GLM.cells[0].task
+    paths = unjudged_run_dir(seed_lock_path, tmp_path / "run", [])
+    keep_freeze(paths, task, 0.0)
+    receipt = load_run(paths)
+    assert receipt.unjudged is not None and receipt.unjudged.tasks == (task,)
+    found = receipt.batches[0].stats
+    assert found is not None
+    openpi = next(g for g in found.harnesses if g.harness == "openpi")
+    assert (openpi.passes.successes, openpi.passes.n) == (6, 6)
+    row = next(g for g in found.harness_tasks if (g.harness, g.task) == ("openpi", task))
+    assert row.passes.n == 0
+    text = render_markdown(receipt)
+    assert f"Unjudged tasks, from freeze.json (the freeze the final verify audited): {task}" in text
+    assert f"| Pi + OpenPI · {task} | unjudged: 3 cells left out |" in text
+
+
+def test_a_run_dir_without_freeze_json_says_which_rule_named_the_unjudged_tasks(
+    seed_lock_path: Path, tmp_path: Path
+) -> None:
+    paths = unjudged_run_dir(seed_lock_path, tmp_path / "run", unjudged_ledger())
+    text = render_markdown(load_run(paths))
+    assert (
+        "Unjudged tasks, by the ledger (the run dir keeps no freeze.json): a task any of whose "
+        f"cells the cell runner overruled as unjudged: {GLM.cells[0].task}." in text
+    )
+
+
+def test_a_freeze_json_the_final_verify_did_not_audit_fails_the_run_closed(
+    seed_lock_path: Path, tmp_path: Path
+) -> None:
+    task = GLM.cells[0].task
+    paths = unjudged_run_dir(seed_lock_path, tmp_path / "run", [])
+    keep_freeze(paths, task, 0.0, audited=False)
+    receipt = load_run(paths)
+    assert receipt.status == "failed_closed"
+    kept = read_model(paths.freeze_manifest, FreezeManifest).sha256
+    assert f"freeze.json: its sha256 is {kept}, the final verify audited sha256:{'0' * 64}" in (
+        receipt.reasons
+    )
+    text = render_markdown(receipt)
+    assert f"Unjudged tasks, from freeze.json (no final verify audited it): {task};" in text
+
+
+def test_the_position_table_counts_its_medians_cells_and_its_judged_ones() -> None:
+    receipt = build_receipt(LOCK, SCHEDULE, unjudged_ledger(), "clean", "passed")
+    text = render_markdown(receipt)
+    assert "cells)" not in text.split("### Order effects")[1].split("Test:")[0]
+    assert "| 1 | 6/6 = 1.000 [0.610, 1.000] | 10.0 [10.0, 10.0] | 9 (6 judged) |" in text
+
+
+def test_the_scripted_provider_note_is_on_the_batch_that_used_it(seed_lock_path: Path) -> None:
+    glm = next(model for model in LOCK.models if model.id == "glm")
+    scripted = glm.model_copy(update={"base_url": "scripted://local"})
+    models = tuple(scripted if model.id == "glm" else model for model in LOCK.models)
+    lock = LOCK.model_copy(update={"models": models})
+    lines = [line_for(cell) for cell in SCHEDULE.cells]
+    text = render_markdown(build_receipt(lock, SCHEDULE, lines, "clean", "passed"))
+    run, glm_section, luna_section = text.split("\n## Batch ")
+    assert "OFFLINE SCRIPTED PROVIDER" not in run + luna_section
+    assert f"> {SCRIPTED_PROVIDER_NOTE}" in glm_section
+    assert "| harness · task (scripted provider) |" in glm_section
+    assert "(scripted provider)" not in luna_section

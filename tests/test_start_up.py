@@ -273,6 +273,6 @@ def test_report_html_and_receipt_of_a_run_carry_both(tmp_path: Path) -> None:
     assert "Start-up apart from work per harness" in html
     assert "61.0 [60.0-62.0] (60.0-62.0)" in html
     assert "asked cold; held cold (18 cells recorded)" in html
-    assert "seeded stand-in (models steady, wander)" in html
+    assert "seeded stand-in (model steady)" in html and "seeded stand-in (model wander)" in html
     saved = paths.receipt.read_text()
     assert '"compiled_caches"' in saved and '"nothing compiled"' in saved

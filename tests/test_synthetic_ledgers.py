@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from runner.records.schedule import build_schedule
-from runner.run.analysis import BatchStats, batch_stats, harness_pairs, order_effects
+from runner.run.analysis import (
+    BatchStats,
+    batch_stats,
+    harness_pairs,
+    order_effects,
+    unjudged_by_ledger,
+)
 from runner.run.stats import Estimate
 from runner.spec.lock import load_lock
 from tests.support.ledger_factory import line_for
@@ -49,7 +55,9 @@ def claim_rates(effect: Effect) -> dict[str, float]:
     for seed in SEEDS:
         batch = SCHEDULE.batches[seed % len(SCHEDULE.batches)]
         lines = synthetic_ledger(batch, HARNESS_IDS, effect, seed)
-        found = batch_stats(LOCK, batch, lines, harness_pairs(LOCK.harnesses))
+        found = batch_stats(
+            LOCK, batch, lines, harness_pairs(LOCK.harnesses), unjudged_by_ledger(lines)
+        )
         for claim in claims(found):
             counts[claim] = counts.get(claim, 0) + 1
     return {claim: count / len(SEEDS) for claim, count in counts.items()}
@@ -100,7 +108,9 @@ def test_a_task_one_harness_always_fails_is_no_position_effect() -> None:
             for cell in batch.cells
         ]
         passes = next(
-            t for t in order_effects(batch, lines, HARNESS_IDS).tests if t.outcome == "pass"
+            t
+            for t in order_effects(batch, lines, HARNESS_IDS, frozenset()).tests
+            if t.outcome == "pass"
         )
         assert not detects_position(passes), passes
         return

@@ -13,7 +13,8 @@ from typing import Literal
 from pydantic import Field
 
 from runner.cells.cell import OverruledBy
-from runner.core.models import FrozenModel
+from runner.core.models import FrozenModel, Sha256
+from runner.freeze.manifest import FreezeManifest
 from runner.records.ledger import LedgerLine, Outcome
 from runner.records.schedule import Batch
 from runner.run import stats
@@ -39,6 +40,18 @@ class Comparison(FrozenModel):
     interval: Interval | None = None
     clusters: int | None = None
     pairs: int | None = None
+
+
+class UnjudgedTasks(FrozenModel):
+    """The tasks the lab cannot judge, every cell of which leaves every pass rate, and the rule
+    that named them. ``freeze``: the oracle scores of the run's freeze.json (the freeze its final
+    verify audited), for runs recorded before the cell runner's rule too. ``ledger``: the run
+    kept no freeze.json with oracle scores (``freeze_manifest_sha256`` names one without any), so
+    a task is unjudged when the cell runner overruled any of its cells as unjudged."""
+
+    tasks: tuple[str, ...]
+    rule: Literal["freeze", "ledger"]
+    freeze_manifest_sha256: Sha256 | None = None
 
 
 class UnjudgedCells(FrozenModel):
@@ -112,6 +125,8 @@ class PositionStats(FrozenModel):
     position: int = Field(ge=1, description="position of the cell inside its (task, repeat) block")
     passes: Proportion
     wall_seconds: Estimate
+    # Every cell at the position (the wall median's), judged or not; None in older receipts.
+    cells: int | None = None
 
 
 class OrderTest(FrozenModel):
@@ -221,7 +236,26 @@ def compare(pairs: tuple[tuple[str, str], ...], cells: dict[str, Cells]) -> tupl
     return tuple(comparisons)
 
 
-def group_stats(harness: str, task: str | None, label: str, lines: list[LedgerLine]) -> GroupStats:
+def unjudged_by_freeze(freeze: FreezeManifest) -> UnjudgedTasks:
+    return UnjudgedTasks(
+        tasks=tuple(score.task for score in freeze.oracle if not score.judges),
+        rule="freeze",
+        freeze_manifest_sha256=freeze.sha256,
+    )
+
+
+def unjudged_by_ledger(lines: Iterable[LedgerLine], freeze: Sha256 | None = None) -> UnjudgedTasks:
+    """A task is unjudged when the cell runner overruled any of its cells as unjudged; ``freeze``:
+    the kept freeze.json that records no oracle scores."""
+    overruled = {line.task for line in lines if line.failure_class == "unjudged_task"}
+    return UnjudgedTasks(
+        tasks=tuple(sorted(overruled)), rule="ledger", freeze_manifest_sha256=freeze
+    )
+
+
+def group_stats(
+    harness: str, task: str | None, label: str, lines: list[LedgerLine], unjudged: frozenset[str]
+) -> GroupStats:
     def median_of(metric: Metric) -> Estimate:
         # One cell per (task, repeat) cluster in a harness: resampling cells is resampling clusters.
         return stats.median_estimate(values(lines, metric))
@@ -231,45 +265,52 @@ def group_stats(harness: str, task: str | None, label: str, lines: list[LedgerLi
         task=task,
         label=label,
         cells=len(lines),
-        passes=pass_rate(lines),
+        passes=pass_rate(lines, unjudged),
         wall_seconds=median_of("wall_seconds"),
         provider_tokens=median_of("provider_tokens"),
         physical_posts=median_of("physical_posts"),
-        unjudged=unjudged_cells(lines),
+        unjudged=unjudged_cells(lines, unjudged),
     )
 
 
-def is_unjudged(line: LedgerLine) -> bool:
-    return line.failure_class == "unjudged_task"
+def judged(lines: Iterable[LedgerLine], unjudged: frozenset[str]) -> list[LedgerLine]:
+    """The cells of judged tasks: an unjudged task's cells say nothing of the harness, whatever
+    their outcome (a timeout of one is not overruled, a run from before the rule overruled none)."""
+    return [line for line in lines if line.task not in unjudged]
 
 
-def pass_rate(lines: list[LedgerLine]) -> Proportion:
-    """Passes over the judged cells (an unjudged task's cells say nothing of the harness)."""
-    judged = [line for line in lines if not is_unjudged(line)]
-    return stats.wilson(sum(line.outcome == "pass" for line in judged), len(judged))
+def pass_rate(lines: list[LedgerLine], unjudged: frozenset[str]) -> Proportion:
+    """Passes over the judged cells."""
+    kept = judged(lines, unjudged)
+    return stats.wilson(sum(line.outcome == "pass" for line in kept), len(kept))
 
 
 def trial_outcome(line: LedgerLine) -> Outcome:
+    """What the trial said: the overruled verdict, else the line's own."""
+    if line.trial_outcome is not None:
+        return line.trial_outcome
     # A line from before trial_outcome was kept: only a fail of an unjudged task was overruled.
-    return line.trial_outcome or "fail"
+    return "fail" if line.failure_class == "unjudged_task" else line.outcome
 
 
-def unjudged_cells(lines: list[LedgerLine]) -> UnjudgedCells | None:
-    unjudged = [line for line in lines if is_unjudged(line)]
-    if not unjudged:
+def unjudged_cells(lines: list[LedgerLine], unjudged: frozenset[str]) -> UnjudgedCells | None:
+    found = [line for line in lines if line.task in unjudged]
+    if not found:
         return None
-    passed = sum(line.outcome == "pass" for line in lines)
+    passed = sum(line.outcome == "pass" for line in judged(lines, unjudged))
     return UnjudgedCells(
-        cells=len(unjudged),
-        trial_passes=sum(trial_outcome(line) == "pass" for line in unjudged),
-        as_pass=stats.wilson(passed + len(unjudged), len(lines)),
+        cells=len(found),
+        trial_passes=sum(trial_outcome(line) == "pass" for line in found),
+        as_pass=stats.wilson(passed + len(found), len(lines)),
         as_fail=stats.wilson(passed, len(lines)),
     )
 
 
-def counted_pass(line: LedgerLine, indeterminate: Indeterminate) -> bool | None:
+def counted_pass(
+    line: LedgerLine, indeterminate: Indeterminate, unjudged: frozenset[str]
+) -> bool | None:
     """Whether the cell counts as passed under ``indeterminate``; None: it is left out."""
-    if is_unjudged(line):
+    if line.task in unjudged:
         return {"unjudged as pass": True, "unjudged as fail": False}.get(indeterminate)
     if line.outcome == "indeterminate":
         return None if indeterminate == "excluded" else False
@@ -286,11 +327,16 @@ def overruled(lines: list[LedgerLine]) -> dict[str, int]:
 
 
 def pass_comparison(
-    pairs: list[tuple[LedgerLine, LedgerLine]], indeterminate: Indeterminate
+    pairs: list[tuple[LedgerLine, LedgerLine]],
+    indeterminate: Indeterminate,
+    unjudged: frozenset[str],
 ) -> PassComparison:
     """Exact McNemar on the pairs; ``p_holm`` and the detectable difference are filled in by
     ``with_holm``, which knows how many pairs of harnesses share the correction."""
-    counted = [(counted_pass(s, indeterminate), counted_pass(b, indeterminate)) for s, b in pairs]
+    counted = [
+        (counted_pass(s, indeterminate, unjudged), counted_pass(b, indeterminate, unjudged))
+        for s, b in pairs
+    ]
     passed = [(s, b) for s, b in counted if s is not None and b is not None]
     subject_only = sum(s and not b for s, b in passed)
     baseline_only = sum(b and not s for s, b in passed)
@@ -336,14 +382,14 @@ def median_ratio(metric: Metric, subject: Cells, baseline: Cells) -> MedianRatio
 
 
 def paired_comparisons(
-    pairs: tuple[tuple[str, str], ...], cells: dict[str, Cells]
+    pairs: tuple[tuple[str, str], ...], cells: dict[str, Cells], unjudged: frozenset[str]
 ) -> tuple[PairedComparison, ...]:
     by_pair = [matched(cells.get(s, {}), cells.get(b, {})) for s, b in pairs]
 
     def counted(indeterminate: Indeterminate) -> list[PassComparison]:
-        return with_holm([pass_comparison(pair, indeterminate) for pair in by_pair])
+        return with_holm([pass_comparison(pair, indeterminate, unjudged) for pair in by_pair])
 
-    any_unjudged = any(is_unjudged(line) for pair in by_pair for cell in pair for line in cell)
+    any_unjudged = any(s.task in unjudged for pair in by_pair for s, _ in pair)
     with_unjudged = (
         list(zip(counted("unjudged as pass"), counted("unjudged as fail"), strict=True))
         if any_unjudged
@@ -417,7 +463,9 @@ def order_test(
     )
 
 
-def order_effects(batch: Batch, lines: list[LedgerLine], harness_ids: list[str]) -> OrderEffects:
+def order_effects(
+    batch: Batch, lines: list[LedgerLine], harness_ids: list[str], unjudged: frozenset[str]
+) -> OrderEffects:
     """Pass rate (over the judged cells) and wall time by the cell's position inside its block
     (Latin square rows)."""
     width = len(harness_ids)
@@ -444,26 +492,34 @@ def order_effects(batch: Batch, lines: list[LedgerLine], harness_ids: list[str])
         positions=tuple(
             PositionStats(
                 position=position,
-                passes=pass_rate(cells),
+                passes=pass_rate(cells, unjudged),
                 wall_seconds=stats.median_estimate(values(cells, "wall_seconds")),
+                cells=len(cells),
             )
             for position, cells in at.items()
         ),
         tests=(
-            test("pass", [line for line in lines if not is_unjudged(line)]),
+            test("pass", judged(lines, unjudged)),
             test("wall_seconds", lines),
         ),
     )
 
 
 def batch_stats(
-    lock: Lock, batch: Batch, lines: list[LedgerLine], pairs: tuple[tuple[str, str], ...]
+    lock: Lock,
+    batch: Batch,
+    lines: list[LedgerLine],
+    pairs: tuple[tuple[str, str], ...],
+    unjudged: UnjudgedTasks,
 ) -> BatchStats:
     cells = cells_by_harness(lines)
+    tasks = frozenset(unjudged.tasks)
     return BatchStats(
         direction=DIRECTION,
         harnesses=tuple(
-            group_stats(h.id, None, h.label, [line for line in lines if line.harness == h.id])
+            group_stats(
+                h.id, None, h.label, [line for line in lines if line.harness == h.id], tasks
+            )
             for h in lock.harnesses
         ),
         harness_tasks=tuple(
@@ -472,11 +528,12 @@ def batch_stats(
                 task,
                 f"{h.label} · {task}",
                 [line for line in lines if (line.harness, line.task) == (h.id, task)],
+                tasks,
             )
             for h in lock.harnesses
             for task in lock.tasks.ids
         ),
-        comparisons=paired_comparisons(pairs, cells),
-        order=order_effects(batch, lines, [h.id for h in lock.harnesses]),
+        comparisons=paired_comparisons(pairs, cells, tasks),
+        order=order_effects(batch, lines, [h.id for h in lock.harnesses], tasks),
         overruled=overruled(lines),
     )

@@ -34,14 +34,16 @@ from runner.run.analysis import (
     BatchStats,
     Comparison,
     Metric,
+    UnjudgedTasks,
     batch_stats,
     cells_by_harness,
     compare,
     harness_pairs,
+    unjudged_by_ledger,
 )
 from runner.run.failure_summary import FailureClasses, failure_classes
 from runner.run.requests import HarnessRequests, requests_by_harness
-from runner.spec.lock import DEFAULT_COMPILED_CACHE, CompiledCache, Lock, Placement
+from runner.spec.lock import DEFAULT_COMPILED_CACHE, CompiledCache, Lock, Model, Placement
 
 Status = Literal["completed", "completed_with_indeterminate", "failed_closed"]
 Stage = Literal["preflight", "cells", "finish"]  # the stages of an execute
@@ -53,7 +55,7 @@ SCRIPTED_PROVIDER_NOTE = (
     "solutions or scripted failures), not from a real model."
 )
 SEEDED_STAND_IN_NOTE = (
-    " Its seeded stand-in (models {models}) draws per cell, from the lock's seed and the cell's "
+    " Its seeded stand-in (model {model}) draws per cell, from the lock's seed and the cell's "
     "id, a number of exploratory turns before the reference solution and, with the lock's "
     "probability, a wrong answer instead: its variation is drawn, not a model's; each cell's "
     "draws are on its ledger line."
@@ -118,6 +120,8 @@ class BatchReceipt(FrozenModel):
     tasks: tuple[GroupSummary, ...]
     comparisons: tuple[Comparison, ...]
     stats: BatchStats | None = None  # None only in receipts written before the stats section
+    # The scripted provider's note when this batch's model is it (None: a real model's batch).
+    provider_note: str | None = None
     # None only in receipts written before it (runner.run.requests).
     requests: tuple[HarnessRequests, ...] | None = None
 
@@ -131,7 +135,8 @@ class Identities(FrozenModel):
     harnesses: dict[str, str]
     task_source: str
     task_revision: str | None
-    provider_note: str | None
+    # The run's scripted-provider note, in receipts written before each batch carried its own.
+    provider_note: str | None = None
 
 
 class FrozenDigests(FrozenModel):
@@ -245,7 +250,9 @@ def compiled_caches(lock: Lock, lines: Iterable[LedgerLine]) -> tuple[CompiledCa
 
 
 class Receipt(FrozenModel):
-    LATE_FIELDS = frozenset({"ledger_chain", "frozen", "signed_by", "placement", "compiled_caches"})
+    LATE_FIELDS = frozenset(
+        {"ledger_chain", "frozen", "signed_by", "placement", "compiled_caches", "unjudged"}
+    )
 
     schema_version: Literal[1] = 1
     status: Status
@@ -261,6 +268,9 @@ class Receipt(FrozenModel):
     placement: PlacementReceipt | None = None  # None only in receipts written before it
     # Per harness, the compiled caches asked and held; None in receipts written before it.
     compiled_caches: tuple[CompiledCacheReceipt, ...] | None = None
+    # The unjudged tasks the pass rates leave out, and the rule that named them; None in
+    # receipts written before it.
+    unjudged: UnjudgedTasks | None = None
 
 
 def totals(lines: Iterable[LedgerLine]) -> Totals:
@@ -304,6 +314,7 @@ def batch_receipt(
     lines: list[LedgerLine],
     run_reasons: tuple[str, ...],
     records: Mapping[str, ProxyCellCounts],
+    unjudged: UnjudgedTasks,
 ) -> BatchReceipt:
     scheduled = {cell.id for cell in batch.cells}
     recorded = [line for line in lines if line.cell_id in scheduled]
@@ -342,13 +353,13 @@ def batch_receipt(
         harnesses=harnesses,
         tasks=tasks,
         comparisons=compare(pairs, cells_by_harness(recorded)),
-        stats=batch_stats(lock, batch, recorded, pairs),
+        stats=batch_stats(lock, batch, recorded, pairs, unjudged),
         requests=requests_by_harness(lock, recorded, records),
+        provider_note=provider_note(model),
     )
 
 
 def identities(lock: Lock, schedule: Schedule) -> Identities:
-    scripted = any(model.is_scripted for model in lock.models)
     return Identities(
         lock_name=lock.name,
         lock_fingerprint=lock.fingerprint,
@@ -363,16 +374,17 @@ def identities(lock: Lock, schedule: Schedule) -> Identities:
         },
         task_source=lock.tasks.git or f"local:{lock.tasks.path}",
         task_revision=lock.tasks.commit,
-        provider_note=provider_note(lock) if scripted else None,
     )
 
 
-def provider_note(lock: Lock) -> str:
-    """The stand-in's note: the scripted provider, and its seeded models when the lock has any."""
-    seeded = [model.id for model in lock.models if model.seeded is not None]
-    if not seeded:
+def provider_note(model: Model) -> str | None:
+    """The stand-in's note for a batch of ``model``: the scripted provider, and its seeded draws
+    when the model is seeded; None for a real model."""
+    if not model.is_scripted:
+        return None
+    if model.seeded is None:
         return SCRIPTED_PROVIDER_NOTE
-    return SCRIPTED_PROVIDER_NOTE + SEEDED_STAND_IN_NOTE.format(models=", ".join(seeded))
+    return SCRIPTED_PROVIDER_NOTE + SEEDED_STAND_IN_NOTE.format(model=model.id)
 
 
 def build_receipt(
@@ -384,9 +396,12 @@ def build_receipt(
     aborted: RunAbort | None = None,
     records: Mapping[str, ProxyCellCounts] | None = None,
     evidence_reasons: tuple[str, ...] = (),
+    unjudged: UnjudgedTasks | None = None,
 ) -> Receipt:
     """``records``: the proxy records of the cells, by cell id (a cell without one: none).
-    ``evidence_reasons``: what else contradicts the run's evidence (a broken ledger chain)."""
+    ``evidence_reasons``: what else contradicts the run's evidence (a broken ledger chain).
+    ``unjudged``: the tasks the run's freeze.json cannot judge; None: named by the ledger."""
+    unjudged = unjudged or unjudged_by_ledger(lines)
     run_reasons = [aborted.reason] if aborted else []
     run_reasons += evidence_reasons
     if credential_scan != "clean":
@@ -403,7 +418,7 @@ def build_receipt(
         if cache.contradicts
     ]
     batches = tuple(
-        batch_receipt(lock, batch, lines, tuple(run_reasons), records or {})
+        batch_receipt(lock, batch, lines, tuple(run_reasons), records or {}, unjudged)
         for batch in schedule.batches
     )
     status = max((batch.status for batch in batches), key=_STATUS_ORDER.index)
@@ -418,4 +433,5 @@ def build_receipt(
         failure_classes=failure_classes(lock, schedule, lines),
         placement=placement_of(lock, lines),
         compiled_caches=caches,
+        unjudged=unjudged,
     )

@@ -4,10 +4,12 @@ its plots, runner.run.html_report) from a run directory."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from runner.core.errors import InputError
 from runner.core.files import read_model, write_atomic, write_model
+from runner.freeze.manifest import FreezeManifest
 from runner.proxy.models import ProxyCellCounts
 from runner.records.ledger import Ledger, LedgerLine
 from runner.records.paths import RunPaths
@@ -22,6 +24,10 @@ from runner.run.analysis import (
     OrderTest,
     PairedComparison,
     PassComparison,
+    PositionStats,
+    UnjudgedTasks,
+    unjudged_by_freeze,
+    unjudged_by_ledger,
 )
 from runner.run.document import (
     NOT_RETURNED,
@@ -123,6 +129,12 @@ def load_run(paths: RunPaths, signed_by: str | None = None) -> Receipt:
     chain = ledger.chain()
     broken = chain.broken_at if chain and chain.state == "broken" else None
     aborted = read_model(paths.aborted, RunAbort) if paths.aborted.exists() else None
+    frozen = frozen_digests(paths)
+    freeze = (
+        read_model(paths.freeze_manifest, FreezeManifest)
+        if paths.freeze_manifest.is_file()
+        else None
+    )
     receipt = build_receipt(
         lock,
         schedule,
@@ -132,10 +144,31 @@ def load_run(paths: RunPaths, signed_by: str | None = None) -> Receipt:
         aborted,
         records=proxy_records(paths, lines),
         evidence_reasons=((f"ledger chain broken: {broken}",) if broken else ())
-        + leak_reasons(paths),
+        + leak_reasons(paths)
+        + unaudited_freeze(freeze, frozen.freeze_manifest_sha256),
+        unjudged=unjudged_tasks(freeze, lines),
     )
-    evidence = {"ledger_chain": chain, "frozen": frozen_digests(paths), "signed_by": signed_by}
+    evidence = {"ledger_chain": chain, "frozen": frozen, "signed_by": signed_by}
     return with_reference_versions(receipt.model_copy(update=evidence), lock.reference_versions)
+
+
+def unjudged_tasks(freeze: FreezeManifest | None, lines: list[LedgerLine]) -> UnjudgedTasks:
+    """The tasks the oracle of the run's freeze.json did not score 1, for runs recorded before
+    the cell runner overruled them too; by the ledger when the run kept no freeze.json (a fleet
+    run, an older run) or one without oracle scores."""
+    if freeze is None:
+        return unjudged_by_ledger(lines)
+    if not freeze.oracle:
+        return unjudged_by_ledger(lines, freeze.sha256)
+    return unjudged_by_freeze(freeze)
+
+
+def unaudited_freeze(freeze: FreezeManifest | None, audited: str | None) -> tuple[str, ...]:
+    """A kept freeze.json the final verify did not audit contradicts the run's evidence, as a
+    broken chain does: the run fails closed (check-archive refuses it too)."""
+    if freeze is None or audited is None or freeze.sha256 == audited:
+        return ()
+    return (f"freeze.json: its sha256 is {freeze.sha256}, the final verify audited {audited}",)
 
 
 def with_reference_versions(receipt: Receipt, reference: dict[str, str]) -> Receipt:
@@ -260,6 +293,13 @@ def fmt_proportion(proportion: Proportion) -> str:
     )
 
 
+def fmt_pass_rate(group: GroupStats) -> str:
+    """A group with no judged cell is unjudged, not empty: its cells are left out."""
+    if group.passes.n == 0 and group.unjudged is not None:
+        return f"unjudged: {group.unjudged.cells} cells left out"
+    return fmt_proportion(group.passes)
+
+
 def fmt_estimate_interval(estimate: Estimate, spec: str) -> str:
     """The interval as what it is: the bootstrap's, a small sample's range with its coverage,
     or none from too few clusters."""
@@ -311,7 +351,7 @@ def _uncertainty_table(title: str, groups: tuple[GroupStats, ...]) -> Table:
         (
             (
                 group.label,
-                fmt_proportion(group.passes),
+                fmt_pass_rate(group),
                 *(
                     fmt_estimate(getattr(group, metric), _METRIC_FORMATS[metric], group.cells)
                     for metric in ("wall_seconds", "provider_tokens", "physical_posts")
@@ -449,8 +489,8 @@ def _order_section(stats: BatchStats) -> list[Block]:
                 (
                     str(p.position),
                     fmt_proportion(p.passes),
-                    fmt_estimate(p.wall_seconds, ",.1f", p.passes.n),
-                    str(p.passes.n),
+                    fmt_estimate(p.wall_seconds, ",.1f", position_cells(p)),
+                    fmt_position_cells(p),
                 )
                 for p in stats.order.positions
             ),
@@ -458,6 +498,17 @@ def _order_section(stats: BatchStats) -> list[Block]:
         Paragraph((f"Test: {methods.order_test}.",)),
         *bullets(_order_line(test, methods) for test in stats.order.tests),
     ]
+
+
+def position_cells(position: PositionStats) -> int:
+    # Receipts written before the count kept only the judged cells'.
+    return position.passes.n if position.cells is None else position.cells
+
+
+def fmt_position_cells(position: PositionStats) -> str:
+    """Every cell at the position (the median's), and the judged ones (the pass rate's)."""
+    cells = position_cells(position)
+    return str(cells) if cells == position.passes.n else f"{cells} ({position.passes.n} judged)"
 
 
 def _stats_section(stats: BatchStats, labels: dict[str, str]) -> list[Block]:
@@ -654,7 +705,23 @@ def _batch_section(batch: BatchReceipt) -> list[Block]:
     if batch.requests is not None:
         blocks += _requests_section(batch.requests)
         blocks += _start_up_section(batch.requests)
-    return blocks
+    return blocks if batch.provider_note is None else scripted(blocks, batch.provider_note)
+
+
+SCRIPTED_TABLE = " (scripted provider)"
+
+
+def scripted(blocks: list[Block], note: str) -> list[Block]:
+    """A scripted batch's blocks: its note under the heading, and each table marked, so a table
+    read alone (a copied row, the HTML's) still says its answers were not a model's."""
+    heading, *rest = blocks
+    marked = [
+        replace(block, headers=(block.headers[0] + SCRIPTED_TABLE, *block.headers[1:]))
+        if isinstance(block, Table)
+        else block
+        for block in rest
+    ]
+    return [heading, Note((note,)), *marked]
 
 
 def _identity_table(receipt: Receipt) -> Table:
@@ -697,14 +764,52 @@ def _evidence_rows(receipt: Receipt) -> list[tuple[str, str]]:
 
 
 def run_section(receipt: Receipt) -> list[Block]:
-    """The title, the status, the provider note and the frozen identities of the run."""
+    """The title, the status, the provider note of a receipt written before each batch carried
+    its own, and the frozen identities of the run."""
     ids = receipt.identities
     return [
         Heading(1, (f"Benchmark report: {ids.lock_name}",)),
         Paragraph((Strong(f"Status: {receipt.status}"),)),
         *([Note((ids.provider_note,))] if ids.provider_note else []),
+        *_unjudged_rule(receipt),
         _identity_table(receipt),
         *bullets(f"failed closed: {reason}" for reason in receipt.reasons),
+    ]
+
+
+def _unjudged_rule(receipt: Receipt) -> list[Block]:
+    """Which tasks every pass rate leaves out, and by which rule (none in older receipts)."""
+    unjudged = receipt.unjudged
+    if unjudged is None:
+        return []
+    names = ", ".join(unjudged.tasks) or "none"
+    if unjudged.rule == "freeze":
+        audited = receipt.frozen.freeze_manifest_sha256 if receipt.frozen else None
+        which = (
+            "the freeze the final verify audited"
+            if audited == unjudged.freeze_manifest_sha256
+            else "no final verify audited it"
+        )
+        return [
+            Paragraph(
+                (
+                    f"Unjudged tasks, from freeze.json ({which}): {names}; every cell of them is "
+                    "left out of every pass rate.",
+                )
+            )
+        ]
+    kept = (
+        "its freeze.json records no oracle scores"
+        if unjudged.freeze_manifest_sha256
+        else "the run dir keeps no freeze.json"
+    )
+    return [
+        Paragraph(
+            (
+                f"Unjudged tasks, by the ledger ({kept}): a task any of whose cells the cell "
+                f"runner overruled as unjudged: {names}.",
+            )
+        )
     ]
 
 

@@ -67,6 +67,6 @@ def order_detection_rate(
     for seed in seeds:
         batch = schedule.batches[seed % len(schedule.batches)]
         lines = synthetic_ledger(batch, harness_ids, effect, seed)
-        for test in order_effects(batch, lines, harness_ids).tests:
+        for test in order_effects(batch, lines, harness_ids, frozenset()).tests:
             claims[test.outcome] += detects_position(test)
     return {outcome: count / len(seeds) for outcome, count in claims.items()}
