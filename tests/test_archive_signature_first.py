@@ -7,6 +7,7 @@ realistic case would take GiBs): one verdict line, exit 1, and the work it took 
 
 from __future__ import annotations
 
+import gzip
 import json
 import tarfile
 from pathlib import Path
@@ -14,9 +15,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import runner.run.archive as archive_module
 from runner.cli.main import cli
 from runner.core.errors import InputError
-from runner.run.archive import MAX_RECORD_BYTES, MAX_SIGNATURE_BYTES, unpack
+from runner.records.paths import RunPaths
+from runner.run.archive import MAX_RECORD_BYTES, MAX_SIGNATURE_BYTES, unpack, write_archive
 from runner.run.archive_format import BLOCK, Budget, Spend, read_members, stream_bound
 from tests.test_archive_strict import (  # noqa: F401  (key: a fixture)
     ended,
@@ -195,3 +198,30 @@ def test_the_tar_stream_is_read_within_the_budget_it_is_given(archive: Path) -> 
         "B inflated (a test's cap)"
     )
     assert budget.spent["inflated"] <= cap
+
+
+def nested_gzip(size: int) -> bytes:
+    return gzip.compress(gzip.compress(bytes(size), mtime=0), mtime=0)
+
+
+def test_gzip_in_gzip_members_draw_from_one_budget_for_the_whole_archive(
+    finished_run: Path,  # noqa: F811
+    key: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two small gzip-in-gzip members each under the per-file cap (4 GiB each: 149 s, 95 s of
+    CPU in the issue): together over the whole archive's (scaled to 8 MiB here), the second is
+    a finding of the scan."""
+    copy = copy_of(finished_run, tmp_path)
+    trial = next(RunPaths(copy).trials_dir.glob("*/trial-1"))
+    for name in ("a.gz", "b.gz"):
+        (trial / name).write_bytes(nested_gzip(5 << 20))
+    out = tmp_path / "bombs.tar.gz"
+    write_archive(copy, out)  # under the constant cap: archived
+    monkeypatch.setattr(archive_module, "MAX_SCAN_INFLATED_BYTES", 8 << 20)
+    said = one_verdict(out, key)
+    assert (
+        said.startswith("credential scan: run/trials/") and "/trial-1/b.gz cannot be read" in said
+    )
+    assert "bytes inflated (the cap for the whole archive)" in said

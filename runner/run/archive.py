@@ -40,6 +40,7 @@ from runner.run.archive_format import (
     read_members,
     stream_bound,
 )
+from runner.run.containers import InflateBudget
 from runner.run.scan import scan
 from runner.run.signing import OperatorKey, PublicKey, verify
 
@@ -48,6 +49,9 @@ MANIFEST_SIGNATURE = "archive-manifest.sig"
 DEFAULT_SIZE_LIMIT = 32 << 20  # bytes; a larger bulky file is kept by digest only
 MAX_RECORD_BYTES = 64 << 20  # the manifest: far above any real run's
 MAX_SIGNATURE_BYTES = 64 << 10  # an armored SSHSIG: some 300 B, a few KiB for a large RSA key
+# What the layers inside an archive's members may inflate, all together: the archive and its
+# members are scanned twice (unpacked, and inside the tarball), both passes drawing from it.
+MAX_SCAN_INFLATED_BYTES = 4 << 30
 
 
 class ArchivedFile(FrozenModel):
@@ -324,8 +328,18 @@ def archive_finding(archive: Path, tree: Path) -> str | None:
     ``tree``: no real key or bearer is known here, so what it finds is the bearer shape. A file
     the scan cannot read to its end (a truncated or corrupt compressed member) is a finding too:
     what it could not read may hold a bearer. None when there is neither; else the first of
-    them, said in a line (the members first: they name the file)."""
-    reports = (scan([tree], {}, base=tree), scan([archive], {}, base=archive.parent))
+    them, said in a line (the members first: they name the file).
+
+    Both scans draw from one budget: the tar stream once (its length bounded by what unpack
+    wrote, which the signed manifest listed) and ``MAX_SCAN_INFLATED_BYTES`` for every layer
+    inside the members, however many members hold one."""
+    written = [path.stat().st_size for path in tree.rglob("*") if path.is_file()]
+    cap = stream_bound(written) + MAX_SCAN_INFLATED_BYTES
+    budget = InflateBudget(cap, "the whole archive")
+    reports = (
+        scan([tree], {}, base=tree, budget=budget),
+        scan([archive], {}, base=archive.parent, budget=budget),
+    )
     leaks = [leak for report in reports for leak in report.leaks]
     failures = [failure for report in reports for failure in report.failures]
     more = len(leaks) + len(failures) - 1

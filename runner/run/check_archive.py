@@ -8,7 +8,8 @@ The links, checked in this order; the first that does not hold is the verdict:
    and tar subset ``runner archive`` writes, read by runner.run.archive_format alone (what
    another reader finds in it is what the check read) within what the signed manifest lists
    (runner.run.archive.unpack): no unsigned byte costs more than its size;
-1. the credential scan over the archive's bytes and its members finds nothing;
+1. the credential scan over the archive's bytes and its members finds nothing, inflating at
+   most ``MAX_SCAN_INFLATED_BYTES`` for the whole archive;
 2. the receipt's signature verifies with the same key, the archive's key file is that key;
 3. every member is in the manifest with its sha256, and every file the manifest keeps is there;
 4. the ledger's hash chain links every line, from the run's seed to the receipt's head;
