@@ -21,9 +21,8 @@ import os
 import shutil
 import tarfile
 import tempfile
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import BinaryIO, Literal
 
 from pydantic import Field
@@ -33,15 +32,26 @@ from runner.core.errors import InputError, RunnerError
 from runner.core.files import read_model
 from runner.core.models import FrozenModel, Sha256
 from runner.records.paths import RunPaths
-from runner.run.archive_format import Member, read_members
+from runner.run.archive_format import (
+    MAX_UNPACKED_BYTES,
+    Budget,
+    Member,
+    Spend,
+    read_members,
+    stream_bound,
+)
+from runner.run.containers import InflateBudget
 from runner.run.scan import scan
-from runner.run.signing import OperatorKey
+from runner.run.signing import OperatorKey, PublicKey, verify
 
 MANIFEST = "archive-manifest.json"
 MANIFEST_SIGNATURE = "archive-manifest.sig"
 DEFAULT_SIZE_LIMIT = 32 << 20  # bytes; a larger bulky file is kept by digest only
-MAX_RECORD_BYTES = 64 << 20  # the manifest and its signature: far above any real run's
-MAX_UNPACKED_BYTES = 64 << 30  # a whole archive, unpacked, for check-archive
+MAX_RECORD_BYTES = 64 << 20  # the manifest: far above any real run's
+MAX_SIGNATURE_BYTES = 64 << 10  # an armored SSHSIG: some 300 B, a few KiB for a large RSA key
+# What the layers inside an archive's members may inflate, all together: the archive and its
+# members are scanned twice (unpacked, and inside the tarball), both passes drawing from it.
+MAX_SCAN_INFLATED_BYTES = 4 << 30
 
 
 class ArchivedFile(FrozenModel):
@@ -155,97 +165,160 @@ def write_tarball(target: BinaryIO, paths: RunPaths, manifest: ArchiveManifest, 
     write_members(target, members())
 
 
-def unpack(archive: Path, into: Path) -> str:
-    """Unpack the tarball under ``into`` and return its one top directory. The archive is read
-    twice by runner.run.archive_format, which accepts only the format ``write_members`` writes
-    (plain files, nothing after the end): once to admit every member (``admitted``) before a
-    byte is written, once to write them."""
-    captured: dict[str, bytes] = {}
-
-    def capture(member: Member) -> BinaryIO | None:
-        if PurePosixPath(member.name).name != MANIFEST or member.size > MAX_RECORD_BYTES:
-            return None
-        return _Captured(lambda data: captured.__setitem__(member.name, data))
-
+def unpack(archive: Path, into: Path, trusted: PublicKey | None = None) -> str:
+    """Unpack the tarball under ``into`` and return its one top directory: one reading by
+    runner.run.archive_format, signature first. The manifest and its signature, the first two
+    members, are held in memory within constant caps and the signature verified (with
+    ``trusted``, or when None with the key the manifest names: check-archive's unpinned mode,
+    whose receipt key is compared later) before another member is read; from then on the
+    reading's budget is what the signed manifest lists, and each member must be one of its
+    kept files, at its size, once, before a byte of it is written. A refused archive leaves
+    nothing under ``into``."""
+    unpacking = _Unpacking(archive, into, trusted)
     try:
-        members = read_members(archive, capture)
-        free = shutil.disk_usage(into if into.exists() else into.parent).free
-        top = admitted(archive, members, captured, free)
-        into.mkdir(parents=True, exist_ok=True)
-
-        def write(member: Member) -> BinaryIO:
-            target = into / member.name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            return target.open("xb")
-
-        if read_members(archive, write) != members:
-            raise InputError(f"{archive}: changed while it was read")
+        read_members(archive, unpacking.take, unpacking.budget)
+        if unpacking.top is None or unpacking.left is None:
+            raise InputError(f"{archive}: {MANIFEST_SIGNATURE} missing")
     except OSError as error:
+        unpacking.remove()
         raise InputError(f"{archive}: cannot be read or unpacked: {error}") from None
-    return top
+    except InputError:
+        unpacking.remove()
+        raise
+    return unpacking.top
+
+
+class _Unpacking:
+    """What ``unpack`` has read so far, and what the signed manifest still lets it write."""
+
+    def __init__(self, archive: Path, into: Path, trusted: PublicKey | None) -> None:
+        self.archive, self.into, self.trusted = archive, into, trusted
+        self.top: str | None = None
+        self.manifest_bytes = b""
+        self.left: dict[str, int] | None = None  # kept files not yet written (None: unsigned)
+        self.written: set[str] = set()
+        self.created = False
+        self.budget = Budget(
+            {
+                "inflated": stream_bound([MAX_RECORD_BYTES, MAX_SIGNATURE_BYTES]),
+                "members": 2,
+                "unpacked": MAX_RECORD_BYTES + MAX_SIGNATURE_BYTES,
+            },
+            f"before {MANIFEST_SIGNATURE} is verified",
+        )
+
+    def refuse(self, problem: str) -> InputError:
+        return InputError(f"{self.archive}: {problem}")
+
+    def take(self, member: Member) -> BinaryIO:
+        if self.top is None:  # the first member: the manifest
+            top, _, name = member.name.partition("/")
+            if name != MANIFEST or member.size > MAX_RECORD_BYTES:
+                raise self.refuse(
+                    f"the first member is {member.name!r} of {member.size} B, `runner archive` "
+                    f"writes <run>/{MANIFEST} (at most {MAX_RECORD_BYTES} B) first"
+                )
+            self.top = top
+            return _Captured(member.size, self.keep_manifest)
+        if self.left is None:  # the second: its signature, verified once read whole
+            if member.name != f"{self.top}/{MANIFEST_SIGNATURE}" or (
+                member.size > MAX_SIGNATURE_BYTES
+            ):
+                raise self.refuse(
+                    f"the second member is {member.name!r} of {member.size} B, `runner archive` "
+                    f"writes {self.top}/{MANIFEST_SIGNATURE} (at most {MAX_SIGNATURE_BYTES} B) "
+                    "second"
+                )
+            return _Captured(member.size, self.verify)
+        return self.file(member)
+
+    def keep_manifest(self, data: bytes) -> None:
+        self.manifest_bytes = data
+
+    def verify(self, signature: bytes) -> None:
+        """The manifest's signature holds: the budget becomes what the manifest lists."""
+        if self.trusted is not None:
+            problem = verify(self.manifest_bytes, signature, self.trusted)
+            if problem is not None:
+                raise InputError(
+                    f"{MANIFEST_SIGNATURE}: not a signature of {MANIFEST} by the pinned key "
+                    f"{self.trusted.fingerprint} ({problem})"
+                )
+        manifest = _parsed(self.archive, self.manifest_bytes)
+        signer = PublicKey.parse(manifest.signed_by, f"{MANIFEST} signed_by")
+        if self.trusted is None:
+            problem = verify(self.manifest_bytes, signature, signer)
+            if problem is not None:
+                raise InputError(
+                    f"{MANIFEST_SIGNATURE}: not the signature of {MANIFEST} by the key it names "
+                    f"({problem})"
+                )
+        elif not self.trusted.same_key(signer):
+            raise InputError(f"{MANIFEST}: signed_by {signer.fingerprint} is not the pinned key")
+        if manifest.run != self.top:
+            raise self.refuse(f"the top directory {self.top!r} is not the manifest's run")
+        self.left = {entry.path: entry.size for entry in manifest.files if entry.kept}
+        sizes = [len(self.manifest_bytes), len(signature), *self.left.values()]
+        free = shutil.disk_usage(self.into if self.into.exists() else self.into.parent).free
+        if sum(sizes) > min(MAX_UNPACKED_BYTES, free):
+            raise self.refuse(
+                f"its signed manifest lists {sum(sizes)} B to unpack, over the cap "
+                f"({MAX_UNPACKED_BYTES} B) or the {free} B free"
+            )
+        caps: dict[Spend, int] = {
+            "inflated": stream_bound(sizes),
+            "members": len(sizes),
+            "unpacked": sum(sizes),
+        }
+        self.budget.grant(caps, "what the signed manifest lists")
+        (self.into / self.top).mkdir(parents=True)
+        self.created = True
+        for name, data in ((MANIFEST, self.manifest_bytes), (MANIFEST_SIGNATURE, signature)):
+            (self.into / self.top / name).write_bytes(data)
+
+    def file(self, member: Member) -> BinaryIO:
+        """The member's file, opened once the signed manifest lists it at its size."""
+        assert self.left is not None and self.top is not None
+        top, _, relative = member.name.partition("/")
+        if top != self.top:
+            raise self.refuse(f"expected one top directory, found {sorted({top, self.top})!r}")
+        if relative in self.written or relative in (MANIFEST, MANIFEST_SIGNATURE):
+            raise self.refuse(f"two members are named {member.name!r}")
+        if relative not in self.left:
+            raise self.refuse(f"member {member.name!r} is not in the manifest")
+        if member.size != self.left[relative]:
+            raise self.refuse(
+                f"member {member.name!r} is {member.size} B, the manifest says "
+                f"{self.left[relative]} B"
+            )
+        del self.left[relative]
+        self.written.add(relative)
+        target = self.into / member.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target.open("xb")
+
+    def remove(self) -> None:
+        if self.created and self.top is not None:
+            shutil.rmtree(self.into / self.top)
 
 
 class _Captured(io.BytesIO):
-    """A member's bytes, handed to ``keep`` when the reader closes it."""
+    """A record's bytes, handed to ``keep`` when the reader closes it having written them all
+    (closed early, the reading failed: its own error is the verdict)."""
 
-    def __init__(self, keep: Callable[[bytes], object]) -> None:
+    def __init__(self, size: int, keep: Callable[[bytes], object]) -> None:
         super().__init__()
-        self._keep = keep
+        self._size, self._keep = size, keep
 
     def close(self) -> None:
-        if not self.closed:
+        if not self.closed and self.tell() == self._size:
             self._keep(self.getvalue())
         super().close()
 
 
-def admitted(archive: Path, members: list[Member], captured: dict[str, bytes], free: int) -> str:
-    """The archive's one top directory, once every member passes, read from the headers and the
-    manifest alone (``captured``: the bytes of each member named like it): each name unique
-    (runner.run.archive_format refuses a name not in canonical form), each file a kept entry
-    of the manifest with its size, the manifest and its signature small, the whole no larger
-    than ``MAX_UNPACKED_BYTES`` or the disk's free space. The manifest's signature and the
-    files' digests are checked after unpacking (check_archive)."""
-    names = [member.name for member in members]
-    tops = {PurePosixPath(name).parts[0] for name in names}
-    if len(tops) != 1:
-        raise InputError(f"{archive}: expected one top directory, found {sorted(tops)!r}")
-    top = tops.pop()
-    twice = next((name for name, count in Counter(names).items() if count > 1), None)
-    if twice is not None:
-        raise InputError(f"{archive}: two members are named {twice!r}")
-    by_name = {member.name: member for member in members}
-    manifest = _manifest_member(archive, by_name.get(f"{top}/{MANIFEST}"), captured)
-    signature = by_name.get(f"{top}/{MANIFEST_SIGNATURE}")
-    if signature is None or signature.size > MAX_RECORD_BYTES:
-        raise InputError(f"{archive}: {MANIFEST_SIGNATURE} missing or over {MAX_RECORD_BYTES} B")
-    sizes = {entry.path: entry.size for entry in manifest.files if entry.kept}
-    for member in members:
-        relative = member.name.removeprefix(f"{top}/")
-        if relative in (MANIFEST, MANIFEST_SIGNATURE):
-            continue
-        if relative not in sizes:
-            raise InputError(f"{archive}: member {member.name!r} is not in the manifest")
-        if member.size != sizes[relative]:
-            raise InputError(
-                f"{archive}: member {member.name!r} is {member.size} B, "
-                f"the manifest says {sizes[relative]} B"
-            )
-    total = sum(member.size for member in members)
-    if total > min(MAX_UNPACKED_BYTES, free):
-        raise InputError(
-            f"{archive}: {total} B to unpack, over the cap ({MAX_UNPACKED_BYTES} B) "
-            f"or the {free} B free"
-        )
-    return top
-
-
-def _manifest_member(
-    archive: Path, member: Member | None, captured: dict[str, bytes]
-) -> ArchiveManifest:
-    if member is None or member.size > MAX_RECORD_BYTES:
-        raise InputError(f"{archive}: {MANIFEST} missing or over {MAX_RECORD_BYTES} B")
+def _parsed(archive: Path, data: bytes) -> ArchiveManifest:
     try:
-        return ArchiveManifest.model_validate_json(captured[member.name])
+        return ArchiveManifest.model_validate_json(data)
     except ValueError as error:
         raise InputError(f"{archive}: {MANIFEST} is malformed: {error}") from None
 
@@ -255,8 +328,18 @@ def archive_finding(archive: Path, tree: Path) -> str | None:
     ``tree``: no real key or bearer is known here, so what it finds is the bearer shape. A file
     the scan cannot read to its end (a truncated or corrupt compressed member) is a finding too:
     what it could not read may hold a bearer. None when there is neither; else the first of
-    them, said in a line (the members first: they name the file)."""
-    reports = (scan([tree], {}, base=tree), scan([archive], {}, base=archive.parent))
+    them, said in a line (the members first: they name the file).
+
+    Both scans draw from one budget: the tar stream once (its length bounded by what unpack
+    wrote, which the signed manifest listed) and ``MAX_SCAN_INFLATED_BYTES`` for every layer
+    inside the members, however many members hold one."""
+    written = [path.stat().st_size for path in tree.rglob("*") if path.is_file()]
+    cap = stream_bound(written) + MAX_SCAN_INFLATED_BYTES
+    budget = InflateBudget(cap, "the whole archive")
+    reports = (
+        scan([tree], {}, base=tree, budget=budget),
+        scan([archive], {}, base=archive.parent, budget=budget),
+    )
     leaks = [leak for report in reports for leak in report.leaks]
     failures = [failure for report in reports for failure in report.failures]
     more = len(leaks) + len(failures) - 1
@@ -295,7 +378,7 @@ def write_archive(
         staged = Path(scratch, out.name)
         with staged.open("wb") as handle:
             write_tarball(handle, paths, manifest, signature)
-        unpack(staged, Path(scratch, "tree"))
+        unpack(staged, Path(scratch, "tree"), key.key)
         finding = archive_finding(staged, Path(scratch, "tree"))
         if finding is not None:
             raise RunnerError(f"archive refused: the credential scan found {finding}")

@@ -19,6 +19,11 @@ The subset:
   zero; after the last member two zero blocks, zeros to the end of the 10240-byte record, and
   the end of the stream.
 - names: UTF-8, no control characters, relative, canonical (no ``.``, ``..`` or empty part).
+
+Every read draws from a ``Budget`` for the whole archive before it happens: the bytes inflated,
+the members, the member bytes read out (each member's whole size before its first byte). The
+caller sets it from constants and, once it has verified the signed manifest, from that
+(runner.run.archive.unpack); a cap passed is refused in one line like any other fault.
 """
 
 from __future__ import annotations
@@ -27,9 +32,9 @@ import posixpath
 import re
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Literal
 
 from runner.core.errors import InputError
 
@@ -40,6 +45,8 @@ _GZIP_FIELDS = ("ID1", "ID2", "CM", "FLG", "MTIME", "MTIME", "MTIME", "MTIME", "
 MAX_PAX_BYTES = 8192  # a pax header's records: one path of at most MAX_NAME_BYTES and a size
 MAX_NAME_BYTES = 4096
 MAX_MEMBERS = 1 << 20
+MAX_STREAM_BYTES = 65 << 30  # a whole archive's tar stream, inflated
+MAX_UNPACKED_BYTES = 64 << 30  # a whole archive's members together
 USTAR_NAME = 100  # characters tarfile keeps in the header before it writes a pax path
 PAX_SIZE = 8**11  # the smallest size tarfile writes in a pax header
 _CHUNK = 1 << 16
@@ -60,6 +67,49 @@ class Member:
     offset: int  # of its first header block (its pax header's, if any) in the tar stream
 
 
+Spend = Literal["inflated", "members", "unpacked"]
+_UNITS: dict[Spend, str] = {
+    "inflated": "B inflated",
+    "members": "members",
+    "unpacked": "B of members",
+}
+
+
+@dataclass
+class Budget:
+    """What reading one archive may cost at most; each draw is checked before the read it pays
+    for. ``grant`` replaces the caps, never what was spent: the reader of a signed archive
+    grants what its verified manifest allows."""
+
+    caps: dict[Spend, int]
+    why: str  # what set the caps, for the refusal's line
+    spent: dict[Spend, int] = field(default_factory=lambda: dict.fromkeys(_UNITS, 0))
+
+    @classmethod
+    def constant(cls) -> Budget:
+        return cls(
+            {"inflated": MAX_STREAM_BYTES, "members": MAX_MEMBERS, "unpacked": MAX_UNPACKED_BYTES},
+            "the constant caps",
+        )
+
+    def grant(self, caps: dict[Spend, int], why: str) -> None:
+        self.caps, self.why = caps, why
+
+    def draw(self, what: Spend, amount: int) -> str | None:
+        """Spend ``amount`` of ``what``; or, when that passes its cap, why not (nothing spent)."""
+        if self.spent[what] + amount > self.caps[what]:
+            return f"over the cap of {self.caps[what]} {_UNITS[what]} ({self.why})"
+        self.spent[what] += amount
+        return None
+
+
+def stream_bound(sizes: list[int]) -> int:
+    """The longest tar stream `runner archive` writes for members of ``sizes``: each a header,
+    at most one pax header and its bytes padded; then the end blocks and the record's padding."""
+    member = 2 * BLOCK + _padded(MAX_PAX_BYTES)
+    return sum(member + _padded(size) for size in sizes) + 2 * BLOCK + RECORD
+
+
 def name_problem(name: str) -> str | None:
     """Why ``name`` cannot be a member's name (None: it can)."""
     if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
@@ -76,8 +126,8 @@ def name_problem(name: str) -> str | None:
 class _Inflated:
     """The tar stream inflated from the archive's one gzip member, read in exact amounts."""
 
-    def __init__(self, handle: BinaryIO, archive: Path) -> None:
-        self._handle, self._archive = handle, archive
+    def __init__(self, handle: BinaryIO, archive: Path, budget: Budget) -> None:
+        self._handle, self._archive, self._budget = handle, archive, budget
         header = handle.read(len(GZIP_HEADER))
         for at, (found, wanted) in enumerate(zip(header, GZIP_HEADER, strict=False)):
             if found != wanted:
@@ -108,10 +158,19 @@ class _Inflated:
             if not data:
                 self._refuse(self._fed, "the file ends inside the compressed stream")
             self._fed += len(data)
+        # Never more than the budget's room and one byte: that byte, if the stream has it, is
+        # the refusal (max_length 0 would be no limit at all).
+        room = self._budget.caps["inflated"] - self._budget.spent["inflated"]
         try:
-            out = self._inflater.decompress(data, _CHUNK)
+            out = self._inflater.decompress(data, min(_CHUNK, max(room, 0) + 1))
         except zlib.error as error:
             self._refuse(self._fed, f"the compressed stream is corrupt before it ({error})")
+        over = self._budget.draw("inflated", len(out))
+        if over is not None:
+            raise ArchiveFormatError(
+                f"{self._archive}: at byte {self._budget.caps['inflated']} of the tar stream, "
+                f"the stream goes on, {over}"
+            )
         self._crc = zlib.crc32(out, self._crc)
         self._inflated += len(out)
         self._pending += out
@@ -190,11 +249,11 @@ class _Tar:
             (345, 500, "prefix", bytes(155)),
             (500, 512, "padding", bytes(12)),
         )
-        for start, end, field, wanted in fields:
+        for start, end, named, wanted in fields:
             if block[start:end] != wanted:
                 raise self.refuse(
                     at + start,
-                    f"the header's {field} field is {bytes(block[start:end])!r}, "
+                    f"the header's {named} field is {bytes(block[start:end])!r}, "
                     f"`runner archive` writes {wanted!r}",
                 )
         if not _OCTAL_11.fullmatch(block[124:136]):
@@ -252,14 +311,18 @@ class _Tar:
 
 
 def read_members(
-    archive: Path, take: Callable[[Member], BinaryIO | None] = lambda member: None
+    archive: Path,
+    take: Callable[[Member], BinaryIO | None] = lambda member: None,
+    budget: Budget | None = None,
 ) -> list[Member]:
-    """Every member of ``archive``, the whole file read and checked against the subset above;
-    ``take`` may return a handle each member's bytes are written to (closed after them)."""
+    """Every member of ``archive``, the whole file read and checked against the subset above
+    within ``budget`` (the constant caps if None); ``take`` may refuse a member (raise) or
+    return a handle its bytes are written to (closed after them)."""
+    budget = Budget.constant() if budget is None else budget
     tar = _Tar(archive)
     members: list[Member] = []
     with archive.open("rb") as handle:
-        stream = _Inflated(handle, archive)
+        stream = _Inflated(handle, archive, budget)
         while True:
             at = stream.offset
             block = stream.exact(BLOCK, "a header")
@@ -287,8 +350,11 @@ def read_members(
                     raise tar.refuse(header_at + 124, "a size field beside a pax size")
                 size = pax_size
             name = tar.name(block, header_at, path)
-            if len(members) == MAX_MEMBERS:
-                raise tar.refuse(at, f"more than {MAX_MEMBERS} members")
+            draws: tuple[tuple[Spend, int], ...] = (("members", 1), ("unpacked", size))
+            for what, amount in draws:
+                over = budget.draw(what, amount)
+                if over is not None:
+                    raise tar.refuse(at, f"member {name!r} of {size} B is {over}")
             member = Member(name, size, at)
             members.append(member)
             sink = take(member)

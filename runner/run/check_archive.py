@@ -3,10 +3,14 @@ public key (the one in the archive, or one the reviewer pins).
 
 The links, checked in this order; the first that does not hold is the verdict:
 
-0. the archive is in the gzip and tar subset ``runner archive`` writes, read by
-   runner.run.archive_format alone (what another reader finds in it is what the check read);
-1. the credential scan over the archive's bytes and its members finds nothing;
-2. the manifest's and the receipt's signatures verify with the operator's public key;
+0. the manifest's signature verifies with the operator's public key (the pinned one, or the
+   one the manifest names) before any other member is read, and the archive is in the gzip
+   and tar subset ``runner archive`` writes, read by runner.run.archive_format alone (what
+   another reader finds in it is what the check read) within what the signed manifest lists
+   (runner.run.archive.unpack): no unsigned byte costs more than its size;
+1. the credential scan over the archive's bytes and its members finds nothing, inflating at
+   most ``MAX_SCAN_INFLATED_BYTES`` for the whole archive;
+2. the receipt's signature verifies with the same key, the archive's key file is that key;
 3. every member is in the manifest with its sha256, and every file the manifest keeps is there;
 4. the ledger's hash chain links every line, from the run's seed to the receipt's head;
 5. the ledger has each scheduled cell once, on the attempt its records say finished (the
@@ -109,7 +113,7 @@ def check_archive(archive: Path, pinned_key: PublicKey | None) -> Verdict:
 def _checked(archive: Path, pinned_key: PublicKey | None) -> Verdict:
     with tempfile.TemporaryDirectory(prefix="frozen-bench-check-") as scratch:
         tree = Path(scratch)
-        paths = RunPaths(tree / unpack(archive, tree))
+        paths = RunPaths(tree / unpack(archive, tree, pinned_key))
         check_scan(archive, tree)
         manifest = read_manifest(paths.run_dir)
         public_key = check_signatures(paths, manifest, pinned_key)
@@ -152,8 +156,9 @@ def check_scan(archive: Path, tree: Path) -> None:
 def check_signatures(
     paths: RunPaths, manifest: ArchiveManifest, pinned_key: PublicKey | None
 ) -> PublicKey:
-    """The operator's public key, once both signatures verify with it and with it alone (the
-    archive's key file must be one key; with ``pinned_key`` it must be that key)."""
+    """The operator's public key, once the receipt's signature verifies with it and with it
+    alone (the archive's key file must be one key; with ``pinned_key`` it must be that key),
+    and it is the key the manifest was signed by (``unpack`` verified that signature)."""
     for required in (paths.receipt_public_key, paths.receipt_signature, paths.receipt):
         if not required.is_file():
             raise ArchiveBroken(f"{required.name}: missing from the archive")
@@ -166,18 +171,12 @@ def check_signatures(
         )
     if not PublicKey.parse(manifest.signed_by, f"{MANIFEST} signed_by").same_key(public_key):
         raise ArchiveBroken(f"{MANIFEST}: signed_by is not {name}")
-    signed = {
-        MANIFEST_SIGNATURE: paths.run_dir / MANIFEST,
-        paths.receipt_signature.name: paths.receipt,
-    }
-    for signature, data in signed.items():
-        if not (paths.run_dir / signature).is_file():
-            raise ArchiveBroken(f"{signature}: missing from the archive")
-        problem = verify(data.read_bytes(), (paths.run_dir / signature).read_bytes(), public_key)
-        if problem is not None:
-            raise ArchiveBroken(
-                f"{signature}: not the operator's signature of {data.name} ({problem})"
-            )
+    problem = verify(paths.receipt.read_bytes(), paths.receipt_signature.read_bytes(), public_key)
+    if problem is not None:
+        raise ArchiveBroken(
+            f"{paths.receipt_signature.name}: not the operator's signature of "
+            f"{paths.receipt.name} ({problem})"
+        )
     return public_key
 
 

@@ -4,7 +4,8 @@ The credential scan (runner.run.scan) searches a file's bytes and, when they are
 (gzip, bzip2, xz) or archived (zip, tar), every layer inside, to ``MAX_DEPTH`` containers deep
 (a ``.tar.gz`` is two). Each layer is streamed in pieces of at most ``CHUNK`` bytes, never
 inflated whole into memory (a zip, which is read from its end, is spooled to a temporary file);
-all layers of one file together may inflate to ``MAX_INFLATED_BYTES``. Whatever stops a layer
+all layers of one file together may inflate to ``MAX_INFLATED_BYTES``, or all files of a scan
+together to one budget the caller shares (``InflateBudget``). Whatever stops a layer
 from being read to its end is ``Unreadable``, a finding of the scan, never a silent skip: a
 truncated or corrupt stream, a container nested deeper than ``MAX_DEPTH``, a container of a
 kind the scan cannot open (zstd, 7z, ...), the cap passed (a decompression bomb). What a layer
@@ -93,21 +94,26 @@ class _Readable(Protocol):
     def read(self, size: int, /) -> bytes: ...
 
 
-class _Budget:
-    def __init__(self) -> None:
-        self.left = MAX_INFLATED_BYTES
+class InflateBudget:
+    """The bytes a scan may inflate: one file's (``MAX_INFLATED_BYTES``) unless the caller
+    shares one budget among files (the archive check: one for the whole archive)."""
+
+    def __init__(self, cap: int | None = None, of: str = "one file") -> None:
+        self.cap = MAX_INFLATED_BYTES if cap is None else cap
+        self.of = of
+        self.left = self.cap
 
     def spend(self, size: int) -> None:
         self.left -= size
         if self.left < 0:
-            raise Unreadable(f"more than {MAX_INFLATED_BYTES} bytes inflated (the cap)")
+            raise Unreadable(f"more than {self.cap} bytes inflated (the cap for {self.of})")
 
 
 class _Layer(io.RawIOBase):
     """One layer's stream: each byte read through it is fed to the layer's search once. Its
     head is read first, to tell what the layer is, and handed back to the first reads."""
 
-    def __init__(self, stream: _Readable, feed: Feed, budget: _Budget | None) -> None:
+    def __init__(self, stream: _Readable, feed: Feed, budget: InflateBudget | None) -> None:
         super().__init__()
         self.stream, self.feed, self.budget = stream, feed, budget
         self.size = 0
@@ -131,15 +137,16 @@ class _Layer(io.RawIOBase):
         return data
 
 
-def read_layers(stream: _Readable, visit: Visit) -> int:
-    """Read ``stream`` and every layer inside it to its end, each fed to ``visit``'s feed;
-    the bytes of ``stream`` itself. Raises one of ``READ_ERRORS`` when a layer cannot be read
-    to its end, naming the layer."""
-    return _read(stream, (), visit, _Budget(), inflated=False).size
+def read_layers(stream: _Readable, visit: Visit, budget: InflateBudget | None = None) -> int:
+    """Read ``stream`` and every layer inside it to its end, each fed to ``visit``'s feed,
+    inflating within ``budget`` (the file's own when None); the bytes of ``stream`` itself.
+    Raises one of ``READ_ERRORS`` when a layer cannot be read to its end, naming the layer."""
+    budget = InflateBudget() if budget is None else budget
+    return _read(stream, (), visit, budget, inflated=False).size
 
 
 def _read(
-    stream: _Readable, inside: tuple[str, ...], visit: Visit, budget: _Budget, inflated: bool
+    stream: _Readable, inside: tuple[str, ...], visit: Visit, budget: InflateBudget, inflated: bool
 ) -> _Layer:
     """``inflated``: the layer's bytes are decompressed here (a tar member's are not: they are
     its tar's bytes again), so they are spent from ``budget``."""
@@ -159,7 +166,7 @@ def _where(inside: tuple[str, ...]) -> str:
     return "!".join(inside) or "the file"
 
 
-def _open(layer: _Layer, inside: tuple[str, ...], visit: Visit, budget: _Budget) -> None:
+def _open(layer: _Layer, inside: tuple[str, ...], visit: Visit, budget: InflateBudget) -> None:
     """Read the layers inside ``layer``, if it is a container."""
     head = layer.head
     magic = next(
@@ -187,7 +194,9 @@ def _open(layer: _Layer, inside: tuple[str, ...], visit: Visit, budget: _Budget)
                     _read(stream, (*inside, member.name), visit, budget, inflated=False)
 
 
-def _zip_members(layer: _Layer, inside: tuple[str, ...], visit: Visit, budget: _Budget) -> None:
+def _zip_members(
+    layer: _Layer, inside: tuple[str, ...], visit: Visit, budget: InflateBudget
+) -> None:
     # A zip is read from its central directory at the end: spooled to disk, not to memory.
     with tempfile.TemporaryFile() as spool:
         while data := layer.read(CHUNK):

@@ -36,7 +36,7 @@ from runner.core.files import write_model
 from runner.core.models import FrozenModel
 from runner.proxy.bearer import BEARER_LENGTH, BEARER_SHAPE, shape_in
 from runner.records.paths import RunPaths
-from runner.run.containers import READ_ERRORS, Feed, read_layers
+from runner.run.containers import READ_ERRORS, Feed, InflateBudget, read_layers
 
 SecretKind = Literal["provider_key", "bearer", "canary"]
 # What a search finds: a kind of secret, or a bearer of the shape known to be where it is by
@@ -218,9 +218,10 @@ class _Search:
 
 
 class FileScan:
-    def __init__(self, base: Path, searcher: Searcher) -> None:
+    def __init__(self, base: Path, searcher: Searcher, budget: InflateBudget | None = None) -> None:
         self.base = base
         self.searcher = searcher
+        self.budget = budget  # shared by every file; None: each file its own
         self.files = 0
         self.bytes = 0
         self.leaks: list[Leak] = []
@@ -260,7 +261,7 @@ class FileScan:
 
         try:
             with path.open("rb") as handle:
-                self.bytes += read_layers(handle, visit)
+                self.bytes += read_layers(handle, visit, self.budget)
         except READ_ERRORS as error:
             self.fail(file, str(error))
         # What was found before a layer broke off is found all the same. Names inside a
@@ -290,11 +291,13 @@ def scan(
     secrets_by_kind: Mapping[SecretKind, Iterable[str]],
     base: Path,
     found_elsewhere: tuple[tuple[Leak, ...], tuple[ScanFailure, ...]] = ((), ()),
+    budget: InflateBudget | None = None,
 ) -> ScanReport:
     """Search every file under ``roots``; paths in the report are relative to ``base``.
-    ``found_elsewhere``: leaks and failures of scans made before (the guest's disks)."""
+    ``found_elsewhere``: leaks and failures of scans made before (the guest's disks);
+    ``budget``: what all the files together may inflate (None: each file its own cap)."""
     searcher = Searcher(secrets_by_kind)
-    run = FileScan(base, searcher)
+    run = FileScan(base, searcher, budget)
     run.leaks.extend(found_elsewhere[0])
     run.failures.extend(found_elsewhere[1])
     present: list[Path] = []
