@@ -44,6 +44,9 @@ background_pids=()
 # down its labs, print the tier table and record the run.
 finish() {
   local pid
+  # The tier's pytest first (a child of this script; its own tier may be waiting on it), then
+  # the background jobs' process groups.
+  pkill -TERM -P $$ 2>/dev/null
   for pid in "${background_pids[@]}"; do kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null; done
   wait 2>/dev/null
   if [ -x .venv/bin/python ]; then
@@ -52,7 +55,7 @@ finish() {
     .venv/bin/python -m tests.support.run_record "$tier_times" --set "$test_set" \
       --verdict "$verdict" --wall "$(( $(date +%s) - run_started ))" || true
   fi
-  rm -f "$tier_times"
+  rm -f "$tier_times" "$image_ready" .cache/lab-ready-"$FROZEN_BENCH_TEST_RUN"-*
 }
 trap finish EXIT
 trap 'exit 143' TERM INT
@@ -94,19 +97,22 @@ background() {
 
 # The cold arm64 image build (~5-15 min under emulation, about one core) is the longest step: it
 # starts now, beside the fast tier (a cached image returns at once); as soon as it is built, the
-# labs the later tiers need are deployed and frozen, in the background too, one VM each.
+# labs the later tiers need are deployed and frozen, in the background too, one VM each; each
+# lab's ready mark lets the tier that needs it start without waiting for the others.
 image_ready=.cache/image-ready-$FROZEN_BENCH_TEST_RUN
 rm -f "$image_ready"
 labs=()
 has_tier smoke && labs+=("smoke locks/smoke.toml")
 has_tier e2e && labs+=("tb21 locks/tb21.toml")
+lab_ready() { echo ".cache/lab-ready-$FROZEN_BENCH_TEST_RUN-$1"; }
 build_image_then_labs() {
   python3 -m images build locks/smoke.toml > .cache/image-build.log 2>&1 || return 1
   touch "$image_ready"
   local lab pids=() failed=0
   for lab in "${labs[@]}"; do
     # shellcheck disable=SC2086  # role and lock: two words
-    python3 -m tests.support.run_labs deploy $lab --freeze > ".cache/${lab%% *}-lab.log" 2>&1 &
+    { python3 -m tests.support.run_labs deploy $lab --freeze && touch "$(lab_ready "${lab%% *}")"; } \
+      > ".cache/${lab%% *}-lab.log" 2>&1 &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
@@ -134,22 +140,28 @@ wait_for_image() {
   done
 }
 
-wait_for_labs() {
+# A tier waits for its own lab only: the smoke tier need not wait for lab tb21's freeze.
+wait_for_lab() {
+  local role=$1
   [ -n "$builder" ] || return 0
-  echo "== waiting for this run's labs ($(date -u +%H:%M:%S); logs: .cache/<role>-lab.log)"
-  if ! wait "$builder"; then
-    local lab logs=(.cache/image-build.log)
-    for lab in "${labs[@]}"; do logs+=(".cache/${lab%% *}-lab.log"); done
-    show_logs "${logs[@]}"
-    return 1
-  fi
-  builder=
+  echo "== waiting for lab $role ($(date -u +%H:%M:%S); log: .cache/$role-lab.log)"
+  until [ -e "$(lab_ready "$role")" ]; do
+    if ! kill -0 "$builder" 2>/dev/null; then
+      [ -e "$(lab_ready "$role")" ] && break
+      show_logs .cache/image-build.log ".cache/$role-lab.log"
+      return 1
+    fi
+    sleep 2  # polling for the lab's ready mark
+  done
 }
 
 pytest_tier() {
   echo "== tier: $1 ($(date -u +%H:%M:%S))"
   shift
-  python3 -m pytest "$@"
+  # In the background and waited for, so that a SIGTERM to this script is handled at once
+  # (bash runs a trap only after a foreground child ends) and finish() stops this pytest.
+  python3 -m pytest "$@" &
+  wait $!
   local rc=$?
   [ "$rc" -eq 5 ] && { echo "collected no tests: failing" >&2; return 1; }
   return "$rc"
@@ -184,7 +196,7 @@ run_tier floor scipy_floor
 vm_tier() { wait_for_image && pytest_tier vm -m "vm and not guest and not e2e and not smoke" "$@"; }
 run_tier vm vm_tier "$@"
 
-smoke_tier() { wait_for_labs && pytest_tier smoke -m smoke "$@"; }
+smoke_tier() { wait_for_lab smoke && pytest_tier smoke -m smoke "$@"; }
 run_tier smoke smoke_tier "$@"
 
 guest_tier() {
@@ -200,7 +212,7 @@ run_tier guest guest_tier "$@"
 # The real tasks' cells run in their own lab beside the demo's: two TCG guests share the two
 # cores, and each side's wall is mostly emulated Harbor and Podman, not the host.
 e2e_tier() {
-  wait_for_labs || return 1
+  wait_for_lab tb21 || return 1
   echo "== e2e: lab tb21's tests in the background (log: .cache/tb21-e2e.log)"
   python3 -m pytest -m e2e tests/test_real_tasks_vm.py "$@" > .cache/tb21-e2e.log 2>&1 &
   local tb21_tests=$!
