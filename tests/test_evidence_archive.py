@@ -29,8 +29,10 @@ from runner.core.roots import CACHE_ENV, REPO_ROOT
 from runner.freeze.manifest import OracleScore
 from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
+from runner.run import archive as archive_module
 from runner.run.archive import (
     DEFAULT_SIZE_LIMIT,
+    ArchiveManifest,
     read_manifest,
     unpack,
     write_archive,
@@ -175,7 +177,55 @@ def test_large_files_are_kept_by_digest_only(finished_run: Path, tmp_path: Path)
     with tarfile.open(out) as tar:
         assert "run/report.png" not in tar.getnames()
     verdict = intact(out)
-    assert (verdict.digest_only, verdict.not_rejudged) == (len(left), 4)
+    assert (verdict.digest_only, len(verdict.not_rejudged)) == (len(left), 4)
+
+
+def test_outcomes_not_re_judged_are_named_and_exit_2_unless_accepted(
+    finished_run: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "small.tar.gz"
+    write_archive(finished_run, out, size_limit=0)  # every bulky file kept by digest only
+    cells = [line.cell_id for line in Ledger(RunPaths(finished_run)).lines()]
+    done = runner_cli("check-archive", str(out), "--trust-signer-in-archive")
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-1].startswith("archive NOT RE-JUDGED: 4 outcomes not re-judged")
+    for cell in cells:
+        named = [line for line in lines if line.startswith(f"  not re-judged: {cell}: ")]
+        assert len(named) == 1 and "kept by digest only" in named[0], lines
+    accepted = runner_cli(
+        "check-archive", str(out), "--trust-signer-in-archive", "--accept-digest-only"
+    )
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    last = accepted.stdout.splitlines()[-1]
+    assert (
+        last.startswith("archive intact: run run, 4 cells") and "4 outcomes not re-judged" in last
+    )
+
+
+def test_a_trial_file_kept_by_digest_only_within_the_limit_is_refused(
+    finished_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key holder marks a small trial file digest-only, to keep its outcome unjudged."""
+    honest = archive_module.archive_manifest
+
+    def hidden(*args: object) -> ArchiveManifest:
+        manifest = honest(*args)  # type: ignore[arg-type]
+        files = tuple(
+            entry.model_copy(update={"kept": False})
+            if entry.path.endswith("/result.json")
+            else entry
+            for entry in manifest.files
+        )
+        return manifest.model_copy(update={"files": files})
+
+    monkeypatch.setattr(archive_module, "archive_manifest", hidden)
+    forged = tmp_path / "hidden.tar.gz"
+    write_archive(finished_run, forged)
+    message = broken(forged)
+    assert "kept by digest only" in message and "within the manifest's size limit" in message
+    done = runner_cli("check-archive", str(forged), "--trust-signer-in-archive")
+    assert done.returncode == 1 and done.stdout.splitlines()[-1].startswith("archive BROKEN: ")
 
 
 def test_a_ledger_value_edited_fail_to_pass_breaks_the_chain(
@@ -660,7 +710,7 @@ def test_an_unjudged_verdict_needs_the_kept_freezes_oracle_below_1(
     message = broken(rearchived(finished_run, tmp_path / "judged", forge(1.0)))
     assert "is unjudged, the freeze manifest's oracle of it scored 1" in message
     verdict = intact(rearchived(finished_run, tmp_path / "unjudged", forge(0.0)))
-    assert (verdict.cells, verdict.not_rejudged) == (4, 0)
+    assert (verdict.cells, verdict.not_rejudged) == (4, ())
 
 
 def test_a_kept_freeze_manifest_must_be_the_one_the_final_verify_audited(

@@ -1,4 +1,5 @@
-"""``runner check-archive FILE``: verify a run's archive offline; one verdict, exit 1 if broken."""
+"""``runner check-archive FILE``: verify a run's archive offline; one verdict, exit 1 if broken,
+2 if some outcome could not be re-judged (unless accepted)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import click
 from runner.core.errors import InputError, RunnerError, terminal_safe
 from runner.run.check_archive import ArchiveBroken, check_archive
 from runner.run.signing import PublicKey
+
+# The archive holds together, but some outcomes stand on the operator's word alone.
+NOT_REJUDGED_EXIT = 2
 
 
 @click.command("check-archive")
@@ -29,8 +33,14 @@ from runner.run.signing import PublicKey
     help="without --key: accept whatever key the archive carries (any forger's key passes; "
     "the verdict says UNPINNED)",
 )
+@click.option(
+    "--accept-digest-only",
+    is_flag=True,
+    help="exit 0 although some outcomes could not be re-judged (their trial kept by digest "
+    "only, or unjudged without a freeze manifest): they are still named",
+)
 def check_archive_command(
-    archive: Path, key_file: Path | None, trust_signer_in_archive: bool
+    archive: Path, key_file: Path | None, trust_signer_in_archive: bool, accept_digest_only: bool
 ) -> None:
     """Check the signatures, the ledger's chain, every digest, every outcome against its trial,
     the credential scan, and that the receipt and report recompute from the run's files."""
@@ -60,4 +70,7 @@ def check_archive_command(
         said = terminal_safe(f"{type(error).__name__}: {error}")
         click.echo(f"archive BROKEN: the check stopped on what it read ({said})")
         sys.exit(ArchiveBroken.exit_code)
-    click.echo(terminal_safe(verdict.line))
+    for line in verdict.lines(accept_digest_only):
+        click.echo(terminal_safe(line))
+    if verdict.not_rejudged and not accept_digest_only:
+        sys.exit(NOT_REJUDGED_EXIT)

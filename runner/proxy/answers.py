@@ -1,13 +1,16 @@
-"""A provider's answer made fit for the guest: decoded if the provider compressed it, and with
+r"""A provider's answer made fit for the guest: decoded if the provider compressed it, and with
 the real key and anything shaped like a provider key redacted, chunk by chunk as it streams.
 
 The proxy asks for ``identity``; a provider that compresses anyway (gzip, deflate) is decoded
 here, so the usage can be read and the key found. An encoding the proxy cannot read (br, zstd,
 a stack of them) is no answer it may pass on: what it hides cannot be redacted.
 
-A secret may be split across chunks. The redactor holds back only what could still be part of
-one (the tail of a run of key characters from its first ``sk-``, or a beginning of the real
-key), so a stream's event boundaries, never key characters, reach the guest at once.
+The real key is redacted in each form an upstream could echo it in (hex, percent and ``\u``
+escapes, base64 in either alphabet: ``runner.core.secret_forms``). A secret may be split across
+chunks. The redactor holds back only what could still be part of one (the tail of a run of key
+characters from its first ``sk-``, or a tail of the bytes the key's forms are made of, no longer
+than its longest form), so a stream's event boundaries, never key characters, reach the guest
+at once. The key split across the events of a stream is cut by ``runner.proxy.events``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import re
 import zlib
 from collections.abc import Callable
 
+from runner.core.secret_forms import FORM_BYTES, forms_pattern, longest_form
+from runner.proxy.events import EventJoiner
 from runner.proxy.usage import UsageMeter
 
 # What providers' keys look like (OpenAI's sk-..., sk-proj-..., Anthropic's sk-ant-api03-...):
@@ -50,8 +55,11 @@ class Redactor:
     and key-shaped strings replaced by ``[REDACTED]``; ``redactions`` counts them."""
 
     def __init__(self, key: str) -> None:
-        self._key = key.encode()
-        self._secret = re.compile(re.escape(self._key) + b"|" + PROVIDER_KEY_SHAPE)
+        raw = key.encode()
+        self._forms = re.compile(forms_pattern(raw))
+        self._secret = re.compile(forms_pattern(raw) + b"|" + PROVIDER_KEY_SHAPE)
+        self._form_bytes = bytes(sorted(FORM_BYTES | set(raw)))
+        self._longest = longest_form(raw)
         self._pending = b""
         self._context = b""  # the last bytes passed on, for the look-behind
         self.redactions = 0
@@ -73,17 +81,15 @@ class Redactor:
 
     def _safe_end(self, data: bytes) -> int:
         """How much of ``data`` no secret can run past: a key-shaped string goes on for as
-        long as key characters follow, the real key for its length."""
+        long as key characters follow, a form of the real key for its length."""
         run = len(data.rstrip(_KEY_CHARACTERS))
         shaped = data.find(b"sk-", run)
         end = shaped if shaped >= 0 else max(run, len(data) - 2)  # "s", "sk" may begin one
-        for length in range(min(len(self._key) - 1, len(data)), 0, -1):
-            if data.endswith(self._key[:length]):
-                end = min(end, len(data) - length)
-                break
-        start = data.find(self._key, max(0, end - len(self._key) + 1))
-        if 0 <= start < end:  # the whole key is there, across the end: keep it together
-            end = start
+        form_run = len(data.rstrip(self._form_bytes))
+        end = min(end, max(form_run, len(data) - self._longest + 1))
+        for match in self._forms.finditer(data, max(0, end - self._longest)):
+            if match.start() < end < match.end():  # a whole form across the end: keep it so
+                return match.start()
         return end
 
     def _redact(self, data: bytes, keep_context: bool = True) -> bytes:
@@ -101,19 +107,30 @@ class Redactor:
 
 
 class AnswerFilter:
-    """One answer on its way to the guest: decoded, its usage read, then redacted."""
+    """One answer on its way to the guest: decoded, its usage read, then redacted (an event
+    stream first event by event, for the key split across events, then byte by byte)."""
 
     def __init__(self, content_encoding: str | None, key: str, event_stream: bool) -> None:
         self._decode, self._flush = _decoder_for(content_encoding)
         self.meter = UsageMeter(event_stream)
         self.redactor = Redactor(key)
+        self._events = EventJoiner(key) if event_stream else None
+
+    @property
+    def redactions(self) -> int:
+        joined = 0 if self._events is None else self._events.redactions
+        return self.redactor.redactions + joined
 
     def feed(self, chunk: bytes) -> bytes:
         plain = self._decode(chunk)
         self.meter.feed(plain)
+        if self._events is not None:
+            plain = self._events.feed(plain)
         return self.redactor.feed(plain)
 
     def finish(self) -> bytes:
         plain = self._flush()
         self.meter.feed(plain)
+        if self._events is not None:
+            plain = self._events.feed(plain) + self._events.finish()
         return self.redactor.feed(plain) + self.redactor.finish()

@@ -219,7 +219,7 @@ def _passed_back(upstream: aiohttp.ClientResponse, answer: AnswerFilter) -> CIMu
 
 
 def _answered(answer: AnswerFilter, exchange: _Exchange) -> None:
-    exchange.usage, exchange.redactions = answer.meter.result(), answer.redactor.redactions
+    exchange.usage, exchange.redactions = answer.meter.result(), answer.redactions
 
 
 async def _whole_answer(

@@ -94,6 +94,22 @@ def _bulky(relative: Path) -> bool:
     )
 
 
+def digest_only_problem(entry: ArchivedFile, size_limit: int) -> str | None:
+    """Why ``entry`` may not be kept by digest only (None: it may): ``runner archive`` leaves
+    out of the tarball only a bulky file over the size limit, so a key holder cannot hide a
+    small one (a trial's result) to keep its outcome from being re-judged."""
+    if entry.kept:
+        return None
+    if not _bulky(Path(entry.path)):
+        return f"{entry.path}: a record the check reads, kept by digest only"
+    if entry.size <= size_limit:
+        return (
+            f"{entry.path}: kept by digest only at {entry.size} B, within the manifest's size "
+            f"limit ({size_limit} B)"
+        )
+    return None
+
+
 def _run_files(paths: RunPaths) -> list[Path]:
     """Every file of the run directory (a link inside it as the file it names), sorted as
     the manifest and the tarball list them."""

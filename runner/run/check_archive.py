@@ -24,6 +24,10 @@ A verifier_setup verdict is re-judged from the trial and the cell's own lines of
 (mirror/<cell>.jsonl); an unjudged one from the freeze manifest the run kept (freeze.json,
 which must be the one the final verify audited): its oracle of the task must not have scored 1.
 
+An outcome whose trial has a file kept by digest only (allowed only for a bulky file over the
+manifest's size limit), or an unjudged verdict without a freeze manifest, is not re-judged:
+the verdict names each such cell and why (``Verdict.not_rejudged``).
+
 Not checked (the archive cannot show them): that the guest ran what the freeze recorded
 (the final verify's report is evidence, not a re-run), and secrets other than the bearer shape
 (the real key and the issued bearers never leave the controller).
@@ -52,8 +56,10 @@ from runner.records.schedule import Schedule
 from runner.run.archive import (
     MANIFEST,
     MANIFEST_SIGNATURE,
+    ArchivedFile,
     ArchiveManifest,
     archive_finding,
+    digest_only_problem,
     read_manifest,
     unpack,
 )
@@ -86,16 +92,31 @@ class Verdict:
     chain: LedgerChain
     signed_by: PublicKey
     digest_only: int
-    not_rejudged: int = 0  # cells whose trial has a file kept by digest only
+    # (cell, why) for each outcome the check could not re-judge from its trial's evidence.
+    not_rejudged: tuple[tuple[str, str], ...] = ()
     pinned: bool = True  # False: the signer is the archive's own key, trusted as asked
 
-    @property
-    def line(self) -> str:
+    def lines(self, accept_not_rejudged: bool) -> list[str]:
+        """What check-archive prints: each outcome not re-judged, then the verdict line. An
+        outcome taken on the operator's word alone is no intact archive unless accepted."""
+        named = [f"  not re-judged: {cell}: {why}" for cell, why in self.not_rejudged]
+        unjudged = len(self.not_rejudged)
+        if unjudged and not accept_not_rejudged:
+            verdict = (
+                f"archive NOT RE-JUDGED: {unjudged} outcomes not re-judged (named above; "
+                f"--accept-digest-only accepts them), the rest intact: "
+            )
+        else:
+            verdict = "archive intact: "
+        return [*named, verdict + self._facts(accept_not_rejudged)]
+
+    def _facts(self, accepted: bool) -> str:
+        unjudged = len(self.not_rejudged)
         return (
-            f"archive intact: run {self.run}, {self.cells} cells, receipt {self.status}, "
+            f"run {self.run}, {self.cells} cells, receipt {self.status}, "
             f"ledger chain {self.chain.state} (head {self.chain.head}), "
             f"{self.digest_only} files kept by digest only"
-            + (f" ({self.not_rejudged} outcomes not re-judged)" if self.not_rejudged else "")
+            + (f" ({unjudged} outcomes not re-judged, accepted)" if unjudged and accepted else "")
             + f", signed by {self.signed_by.fingerprint} ({self.signed_by.comment or 'no comment'})"
             + ("" if self.pinned else ", signer UNPINNED")
         )
@@ -116,6 +137,7 @@ def _checked(archive: Path, pinned_key: PublicKey | None) -> Verdict:
         paths = RunPaths(tree / unpack(archive, tree, pinned_key))
         check_scan(archive, tree)
         manifest = read_manifest(paths.run_dir)
+        check_digest_only(manifest)
         public_key = check_signatures(paths, manifest, pinned_key)
         check_members(paths, manifest)
         receipt = read_model(paths.receipt, Receipt)
@@ -124,9 +146,13 @@ def _checked(archive: Path, pinned_key: PublicKey | None) -> Verdict:
         check_schedule(paths, lines, receipt)
         check_artifacts(lines, manifest)
         freeze = check_freeze_manifest(paths, receipt)
-        judged = [line for line in lines if whole_trial(line, manifest)]
-        for line in judged:
-            check_outcome(paths, line, freeze)
+        not_rejudged = []
+        for line in lines:
+            if not digest_only_trial(line, manifest):  # its trial's evidence is all here
+                check_outcome(paths, line, freeze)
+            why = unjudgeable(line, manifest, freeze)
+            if why is not None:
+                not_rejudged.append((line.cell_id, why))
         check_recomputed(paths, receipt, manifest.signed_by)
         return Verdict(
             run=manifest.run,
@@ -136,15 +162,15 @@ def _checked(archive: Path, pinned_key: PublicKey | None) -> Verdict:
             signed_by=public_key,
             pinned=pinned_key is not None,
             digest_only=sum(not entry.kept for entry in manifest.files),
-            not_rejudged=len(lines) - len(judged) + _unjudged_unchecked(judged, freeze),
+            not_rejudged=tuple(not_rejudged),
         )
 
 
-def _unjudged_unchecked(lines: list[LedgerLine], freeze: FreezeManifest | None) -> int:
-    """Unjudged verdicts of a run that kept no freeze manifest (a fleet run, an older run)."""
-    if freeze is not None:
-        return 0
-    return sum(line.reason.startswith(f"{OverruledBy.UNJUDGED}:") for line in lines)
+def check_digest_only(manifest: ArchiveManifest) -> None:
+    for entry in manifest.files:
+        problem = digest_only_problem(entry, manifest.size_limit)
+        if problem is not None:
+            raise ArchiveBroken(problem)
 
 
 def check_scan(archive: Path, tree: Path) -> None:
@@ -264,11 +290,29 @@ def check_artifacts(lines: list[LedgerLine], manifest: ArchiveManifest) -> None:
                 )
 
 
-def whole_trial(line: LedgerLine, manifest: ArchiveManifest) -> bool:
-    """Whether every file of the cell's trial is in the archive, so its outcome can be re-judged."""
+def digest_only_trial(line: LedgerLine, manifest: ArchiveManifest) -> list[ArchivedFile]:
+    """The files of the cell's trial the archive keeps by digest only."""
     trial = f"trials/{line.cell_id}/"
     entries = (manifest.file(a.path) for a in line.artifacts if a.path.startswith(trial))
-    return all(entry is not None and entry.kept for entry in entries)
+    return [entry for entry in entries if entry is not None and not entry.kept]
+
+
+def unjudgeable(
+    line: LedgerLine, manifest: ArchiveManifest, freeze: FreezeManifest | None
+) -> str | None:
+    """Why the cell's outcome cannot be re-judged from the archive (None: it can): a file of
+    its trial kept by digest only, or an unjudged verdict of a run that kept no freeze
+    manifest (a fleet run, an older run), whose oracle alone could judge it."""
+    missing = digest_only_trial(line, manifest)
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        return (
+            f"{missing[0].path} ({missing[0].size} B){more} kept by digest only, over the "
+            f"{manifest.size_limit} B size limit"
+        )
+    if freeze is None and line.reason.startswith(f"{OverruledBy.UNJUDGED}:"):
+        return "an unjudged verdict, and the run kept no freeze manifest whose oracle judges it"
+    return None
 
 
 def check_freeze_manifest(paths: RunPaths, receipt: Receipt) -> FreezeManifest | None:
