@@ -18,11 +18,18 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from images.manifest import ArtifactName
 from runner.core.roots import cache_root
+
+_STAGING_NAME = re.compile(r"\.staging-[0-9a-f]{16}-(?P<pid>[0-9]+)")
+
+
+def _process_alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
 
 
 def default_store_root() -> Path:
@@ -103,8 +110,14 @@ class StorePaths:
     def staging(self, input_hash: str) -> StagingPaths:
         return StagingPaths(self.root / f".staging-{short_hash(input_hash)}-{os.getpid()}")
 
-    def stale_stagings(self, input_hash: str) -> list[Path]:
-        return sorted(self.root.glob(f".staging-{short_hash(input_hash)}-*"))
+    def stale_stagings(self) -> list[Path]:
+        """Staging dirs of builds whose process is gone, whatever image they were building."""
+        return sorted(
+            staging
+            for staging in self.root.glob(".staging-*-*")
+            if (named := _STAGING_NAME.fullmatch(staging.name))
+            and not _process_alive(int(named["pid"]))
+        )
 
     def failed_log(self, input_hash: str) -> Path:
         return self.root / f"{short_hash(input_hash)}.failed.log"

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from images.build import build_image
+from images.build_tree import remove_build_tree
 from images.buildlog import BuildLog
 from images.manifest import ARTIFACT_NAMES, ImageManifest
 from images.paths import ImagePaths, StorePaths, default_store_root
@@ -88,8 +89,8 @@ class ImageStore:
             return self._build(inputs, recipe, wanted)
 
     def _build(self, inputs: ImageInputs, recipe: Recipe, wanted: str) -> ImageManifest:
-        for stale in self.paths.stale_stagings(wanted):
-            shutil.rmtree(stale)
+        for stale in self.paths.stale_stagings():
+            remove_build_tree(stale)
         staging = self.paths.staging(wanted)
         log = BuildLog(staging.out.build_log, self.console)
         log.stage("build", f"{wanted} -> {self.paths.entry(wanted).dir}")
@@ -102,13 +103,13 @@ class ImageStore:
             log.close()
             failed_log = self.paths.failed_log(wanted)
             shutil.move(staging.out.build_log, failed_log)
-            shutil.rmtree(staging.dir, ignore_errors=True)
+            remove_build_tree(staging.dir)
             if isinstance(error, RunnerError):
                 raise RunnerError(f"{error} (log: {failed_log})") from None
             raise
         log.close()
         staging.out.dir.replace(self.paths.entry(wanted).dir)
-        shutil.rmtree(staging.dir)
+        remove_build_tree(staging.dir)
         return manifest
 
     def _locked(self, wanted: str) -> AbstractContextManager[None]:
