@@ -6,7 +6,7 @@ from __future__ import annotations
 from pyinfra.api.deploy import deploy
 from pyinfra.context import host
 from pyinfra.facts.server import Arch
-from pyinfra.operations import apt, files
+from pyinfra.operations import files
 
 from deploy.domain_xml import GuestArch
 from deploy.operations import host as host_ops
@@ -31,12 +31,9 @@ EMULATOR_PACKAGES: dict[str, tuple[str, ...]] = {
 
 @deploy("Hypervisor prerequisites")
 def hypervisor_prerequisites(guest_arch: GuestArch) -> None:
-    apt.packages(
+    host_ops.packages_installed(
         name="Install libvirt, QEMU and image tools",
         packages=[*COMMON_PACKAGES, *EMULATOR_PACKAGES[guest_arch]],
-        no_recommends=True,
-        update=True,
-        cache_time=24 * 3600,
     )
     # libvirt starts QEMU with a seccomp filter that forbids it to spawn processes; the proxy's
     # guest forward spawns a relay per connection. (scripts/setup-host.sh sets this before it

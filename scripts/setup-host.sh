@@ -19,9 +19,13 @@ missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Under the project's apt lock (deploy/operations/host.py, APT_LOCK): two runs at once (a test
+# run's labs, another checkout's setup) wait for each other instead of failing on apt's own locks.
+apt_locked=(flock -w 900 /run/lock/frozen-bench-apt.lock)
 if ((${#missing[@]})); then
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  mkdir -p /run/lock
+  "${apt_locked[@]}" apt-get update -qq
+  "${apt_locked[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
 # docker-registry is for the tests, which run their own on 127.0.0.1 only; where an init system

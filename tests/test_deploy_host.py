@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from pyinfra.api.host import Host
+from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import Directory
 
 from deploy.facts.host import BinfmtHandler, DaemonPids, DeviceAccess
@@ -89,3 +90,20 @@ def test_restart_stops_the_running_daemon_then_starts_it(local_host: Host) -> No
     assert commands(
         local_host, host_ops.daemon_restarted, with_systemd, daemon_name="libvirtd"
     ) == ["systemctl restart libvirtd"]
+
+
+def test_packages_installed_runs_apt_only_for_what_is_missing_under_the_apt_lock(
+    local_host: Host, caplog: pytest.LogCaptureFixture
+) -> None:
+    wanted = ["socat", "qemu-utils", "libvirt-clients"]
+    some_missing = {DebPackages: {"qemu-utils": ["1:7.2"], "bash": ["5.2"]}}
+    got = commands(local_host, host_ops.packages_installed, some_missing, packages=wanted)
+    locked = f"env DEBIAN_FRONTEND=noninteractive flock -w 900 {host_ops.APT_LOCK}"
+    assert got == [
+        f"{locked} apt-get update -qq",
+        f"{locked} apt-get install -y -qq --no-install-recommends socat libvirt-clients",
+    ]
+    all_there = {DebPackages: {name: ["1"] for name in wanted}}
+    with caplog.at_level(logging.DEBUG, logger="pyinfra"):
+        assert commands(local_host, host_ops.packages_installed, all_there, packages=wanted) == []
+    assert "all 3 packages already installed" in caplog.text

@@ -1,16 +1,44 @@
-"""Operations on the hypervisor host: daemons, binfmt handlers, device access."""
+"""Operations on the hypervisor host: Debian packages, daemons, binfmt handlers, device access."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 
 from pyinfra.api.command import QuoteString, StringCommand
 from pyinfra.api.exceptions import OperationError
 from pyinfra.api.operation import operation
 from pyinfra.context import host
+from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import Directory
 
 from deploy.facts.host import BINFMT_DIR, BinfmtHandler, DaemonPids, DeviceAccess
+
+# Two labs provisioned at once on one host (the test script deploys its labs side by side) must
+# not meet on apt's own locks: `apt-get update` fails at once on a held lists lock, and
+# DPkg::Lock::Timeout does not cover that lock (apt 2.6). Every apt run of ours takes this lock
+# first (scripts/setup-host.sh too), waiting up to 15 minutes for another's install.
+APT_LOCK = "/run/lock/frozen-bench-apt.lock"
+APT_LOCK_WAIT_S = 900
+
+
+@operation()
+def packages_installed(packages: Sequence[str]) -> Generator[StringCommand, None, None]:
+    """
+    The Debian ``packages`` are installed. apt runs only when one is missing (the package lists
+    are then updated first), under the host-wide apt lock of this project.
+
+    + packages: Debian package names
+    """
+    installed = host.get_fact(DebPackages)
+    missing = [name for name in packages if name not in installed]
+    if not missing:
+        host.noop(f"all {len(packages)} packages already installed")
+        return
+    apt_lock = ("flock", "-w", str(APT_LOCK_WAIT_S), APT_LOCK)
+    locked = ("env", "DEBIAN_FRONTEND=noninteractive", *apt_lock)
+    yield StringCommand(*locked, "apt-get", "update", "-qq")
+    install = ("apt-get", "install", "-y", "-qq", "--no-install-recommends")
+    yield StringCommand(*locked, *install, *(QuoteString(name) for name in missing))
 
 
 @operation()
