@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from runner.freeze.oracle import ORACLE_TRIALS, run_oracle
 from runner.freeze.record import guest_transport
 from runner.freeze.reset import reset_lab
 from runner.lab.mirror import lab_mirror
+from runner.lab.oracle_run import ORACLE_TRIALS, run_oracle
 from runner.lab.state import LabPaths, load_lab_state
 from runner.spec.resolution import load_resolved_lock, resolution_path
 

@@ -243,3 +243,25 @@ def test_cli_refusal_is_one_line(lock_path: Path) -> None:
     )
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and "runner resolve --update" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--task", "regex-log"], "--task chooses which tasks --lab records: give it with --lab"),
+        (
+            ["--update", "--lab", "tb20", "--task", "no-such-task"],
+            "no task no-such-task in the lock's [tasks]",
+        ),
+    ],
+)
+def test_a_task_to_record_is_one_of_the_locks_and_goes_with_a_lab(
+    extra: list[str], said: str
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", "from runner.cli.main import main; main()", "resolve",
+         str(Path(__file__).parents[1] / "locks/tb20.toml"), *extra],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and said in result.stderr

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.artifacts.recording import merge_recorded, read_record
-from runner.artifacts.task_builds import recording_mirror
+from runner.artifacts.recording import carried_records, merge_recorded, read_record
+from runner.artifacts.task_builds import RecordingSources, recording_mirror
 from runner.cache.paths import CachePaths
 from runner.cache.store import ArtifactStore
 from runner.core.files import read_model, write_model
@@ -94,14 +94,16 @@ def pip_download(mirror: str, work: Path, requirement: str) -> subprocess.Comple
 
 @contextmanager
 def recording_at(
-    resolution: Path, upstream: Upstream, work: Path, packages: bytes | None = None
-) -> Iterator[tuple[str, Path, Path]]:
-    """The recording mirror on a free port, fetching from the stand-in upstream."""
+    resolution: Path, upstream: Upstream, work: Path, packages: bytes | None = None,
+    phase: str = "build",
+) -> Iterator[tuple[str, Path, Path]]:  # fmt: skip
+    """The recording mirror of ``phase`` on a free port, fetching from the stand-in upstream."""
     port = free_port()
-    with recording_mirror(
-        resolution, port, work, TASK, upstream.debian_mirror,
-        upstream.packages if packages is None else packages, upstream.python_index, "trixie",
-    ) as (log, record):  # fmt: skip
+    sources = RecordingSources(
+        upstream.debian_mirror, upstream.packages if packages is None else packages,
+        upstream.python_index, "trixie",
+    )  # fmt: skip
+    with recording_mirror(resolution, port, work, TASK, phase, sources) as (log, record):
         yield f"http://127.0.0.1:{port}", log, record
 
 
@@ -113,9 +115,12 @@ def lab_mirror_at(resolution: Path, work: Path) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
 
 
+@pytest.mark.parametrize("phase", ["build", "trial"])
 def test_outside_the_frozen_set_named_then_recorded_then_served_offline_byte_identical(
-    tmp_path: Path, resolution_file: Path
+    tmp_path: Path, resolution_file: Path, phase: str
 ) -> None:
+    """A task's build and its trial (its oracle: solution and verifier) are recorded alike,
+    each as its own kinds, and the lab's mirror then serves both offline."""
     frozen = tmp_path / "frozen"
     with lab_mirror_at(resolution_file, frozen) as mirror:
         apt, pip = (
@@ -127,7 +132,9 @@ def test_outside_the_frozen_set_named_then_recorded_then_served_offline_byte_ide
 
     recording = tmp_path / "recording"
     with upstream_standin(tmp_path) as upstream:
-        with recording_at(resolution_file, upstream, recording) as (mirror, log, record):
+        with recording_at(resolution_file, upstream, recording, phase=phase) as (
+            mirror, log, record,
+        ):  # fmt: skip
             apt = apt_download(mirror, recording, "bench-extra")
             pip = pip_download(mirror, recording, "bench-extra==2.0")
             upstream_asked = list(upstream.requests)
@@ -138,8 +145,8 @@ def test_outside_the_frozen_set_named_then_recorded_then_served_offline_byte_ide
     served, failed = read_record(record)
     assert failed == ()
     assert sorted((a.kind, a.name, a.version, a.tasks) for a in served) == [
-        ("build-deb", "bench-extra", DEB_VERSION, (TASK,)),
-        ("build-python", "bench-extra", "2.0", (TASK,)),
+        (f"{phase}-deb", "bench-extra", DEB_VERSION, (TASK,)),
+        (f"{phase}-python", "bench-extra", "2.0", (TASK,)),
     ]
     requests, _ = read_requests(log, 0)
     assert {request.item for request in requests if request.upstream} == {
@@ -149,7 +156,7 @@ def test_outside_the_frozen_set_named_then_recorded_then_served_offline_byte_ide
     }
     assert not any(request.miss for request in requests)
 
-    merged = merge_recorded(read_model(resolution_file, Resolution), served)
+    merged = merge_recorded(read_model(resolution_file, Resolution), served, (TASK,))
     write_model(resolution_file, merged)
     offline = tmp_path / "offline"  # the upstream is gone: only the store serves now
     with lab_mirror_at(resolution_file, offline) as mirror:
@@ -196,8 +203,34 @@ def test_merging_a_record_names_every_task_of_a_file_and_replaces_the_recorded_t
             artifact("build-deb", "3", ("b",)),
         )}
     )  # fmt: skip
-    after = merge_recorded(before, (artifact("build-deb", "3", ("a",)),))
+    after = merge_recorded(before, (artifact("build-deb", "3", ("a",)),), ("a",))
     by_digit = {a.name: a.tasks for a in after.artifacts}
     # a was built again: its old files leave unless another task has them; 3 now names both
     assert by_digit == {"p9": (), "p2": ("b",), "p3": ("a", "b")}
     assert json.loads(after.model_dump_json())["artifacts"][0]["kind"] == "build-deb"
+
+
+def test_a_recording_replaces_a_tasks_build_and_trial_and_a_fresh_resolution_keeps_both(
+    resolution_file: Path,
+) -> None:
+    before = read_model(resolution_file, Resolution).model_copy(
+        update={"artifacts": (
+            artifact("build-deb", "1", ("a",)),
+            artifact("trial-python", "2", ("a",)),
+            artifact("trial-deb", "3", ("a", "gone")),
+        )}
+    )  # fmt: skip
+    # a task's trials are recorded again with its build: what it took before is replaced
+    after = merge_recorded(before, (artifact("trial-deb", "4", ("a",)),), ("a",))
+    assert {(a.kind, a.name): a.tasks for a in after.artifacts} == {
+        ("trial-deb", "p3"): ("gone",),
+        ("trial-deb", "p4"): ("a",),
+    }
+    # recorded again and it took nothing beyond the frozen set: nothing of it is kept
+    assert merge_recorded(before, (), ("a", "gone")).artifacts == ()
+    kept = carried_records(before.artifacts, ("a",))
+    assert [(a.kind, a.tasks) for a in kept] == [
+        ("build-deb", ("a",)),
+        ("trial-python", ("a",)),
+        ("trial-deb", ("a",)),
+    ]

@@ -1,19 +1,21 @@
-"""The lab's mirror in recording mode: what a task's build asks for beyond the frozen set is
-fetched from the registries the host reaches, checked, kept and recorded.
+"""The lab's mirror in recording mode: what a task's build or trial asks for beyond the frozen
+set is fetched from the registries the host reaches, checked, kept and recorded.
 
 The lab's own mirror (runner.lab.mirror) serves the frozen set and refuses anything else. To
-learn what a task's image build needs, ``runner resolve --update`` builds it once against this
-mirror instead: apt's flat index is the frozen set's stanzas followed by the guest suite's own
-(from apt's signature-checked lists), so a ``Filename: pool/...`` apt asks for is fetched from
-the Debian mirror and must match the index's SHA256 and size; a PyPI project the set lacks is
-served as a simple-index page made from the upstream's PEP 691 JSON, and the file pip or uv then
-takes is fetched and must match the sha256 the upstream listed. Each file is added to the
-artifact store and recorded as a ``build-deb`` or ``build-python`` artifact of the task being
-built (``tasks``); ``merge_recorded`` puts the record into the resolution. Nothing is recorded
-that was not served, and a fetch that fails is a 404 to the build, its error in the record.
+learn what a task's image build and its trial need, ``runner resolve --update --lab`` builds it
+and runs its oracle once against this mirror instead (runner.artifacts.task_builds): apt's flat
+index is the frozen set's stanzas followed by the guest suite's own (from apt's signature-
+checked lists), so a ``Filename: pool/...`` apt asks for is fetched from the Debian mirror and
+must match the index's SHA256 and size; a PyPI project the set lacks is served as a simple-index
+page made from the upstream's PEP 691 JSON, and the file pip or uv then takes is fetched and
+must match the sha256 the upstream listed. Each file is added to the artifact store and recorded
+as a ``build-*`` or ``trial-*`` artifact (``--phase``) of the task (``tasks``);
+``merge_recorded`` puts the record into the resolution. Nothing is recorded that was not served,
+and a fetch that fails is a 404 to the build, its error in the record.
 
     python -m runner.artifacts.recording --resolution FILE --port PORT --log FILE
-        --record FILE --task ID --debian-mirror URL --packages FILE --python-index URL
+        --record FILE --task ID --phase build|trial --debian-mirror URL --packages FILE
+        --python-index URL --suite SUITE
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import hashlib
 import json
 import sys
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,9 +45,15 @@ from runner.core.errors import RunnerError
 from runner.core.models import FrozenModel
 from runner.core.signals import take_sigterm
 from runner.lab.mirror import serve, simple_page
-from runner.spec.resolution import BUILD_KINDS, ArtifactKind, PinnedArtifact, Resolution
+from runner.spec.resolution import RECORDED_KINDS, ArtifactKind, PinnedArtifact, Resolution
 
 _SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+# What a recording is of, and the kinds it records a deb and a Python file as: a task's image
+# build, or its trial (the oracle: its reference solution and its verifier) on that image.
+PHASE_KINDS: dict[str, tuple[ArtifactKind, ArtifactKind]] = {
+    "build": ("build-deb", "build-python"),
+    "trial": ("trial-deb", "trial-python"),
+}
 
 
 class RecordedFailure(FrozenModel):
@@ -60,6 +69,7 @@ class _Record:
 
     path: Path
     task: str
+    phase: str
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def write(self, line: PinnedArtifact | RecordedFailure) -> None:
@@ -157,11 +167,12 @@ class RecordingUpstream:
         return simple_page(listed)
 
     def file(self, kind: str, name: str) -> bytes | None:
+        deb_kind, python_kind = PHASE_KINDS[self.record.phase]
         if kind == "deb":
-            return self._fetch(self.debs.get(name), name.rsplit("/", 1)[-1], "build-deb")
+            return self._fetch(self.debs.get(name), name.rsplit("/", 1)[-1], deb_kind)
         with self._lock:
             listed = self.python_files.get(name)
-        return self._fetch(listed, name, "build-python")
+        return self._fetch(listed, name, python_kind)
 
     def _fetch(self, listed: _Listed | None, filename: str, kind: ArtifactKind) -> bytes | None:
         if listed is None:
@@ -190,7 +201,7 @@ class RecordingUpstream:
                 filename=filename,
                 sha256=digest,
                 size=len(data),
-                suite=self.suite if kind == "build-deb" else None,
+                suite=self.suite if kind == PHASE_KINDS[self.record.phase][0] else None,
                 tasks=(self.record.task,),
             )
         )
@@ -212,23 +223,26 @@ def read_record(path: Path) -> tuple[tuple[PinnedArtifact, ...], tuple[RecordedF
 def carried_records(
     previous: tuple[PinnedArtifact, ...], task_ids: tuple[str, ...]
 ) -> tuple[PinnedArtifact, ...]:
-    """What earlier recorded builds took, for the tasks still in the lock: a fresh resolution
-    keeps them (only a recorded build changes them)."""
+    """What earlier recorded builds and trials took, for the tasks still in the lock: a fresh
+    resolution keeps them (only a new recording changes them)."""
     kept = []
     for artifact in previous:
         tasks = tuple(task for task in artifact.tasks if task in task_ids)
-        if artifact.kind in BUILD_KINDS and tasks:
+        if artifact.kind in RECORDED_KINDS and tasks:
             kept.append(artifact.model_copy(update={"tasks": tasks}))
     return tuple(kept)
 
 
-def merge_recorded(resolution: Resolution, recorded: tuple[PinnedArtifact, ...]) -> Resolution:
+def merge_recorded(
+    resolution: Resolution, recorded: tuple[PinnedArtifact, ...], recorded_tasks: Iterable[str]
+) -> Resolution:
     """``resolution`` with the recorded files: one artifact per file, naming every task whose
-    build took it; the tasks recorded now replace what the resolution said of them before."""
-    tasks = {task for artifact in recorded for task in artifact.tasks}
+    build or trial took it; what ``recorded_tasks`` took now replaces what the resolution said
+    of them before (a task that took nothing this time keeps nothing)."""
+    tasks = {*recorded_tasks, *(task for artifact in recorded for task in artifact.tasks)}
     kept: dict[str, PinnedArtifact] = {}
     for artifact in resolution.artifacts:
-        if artifact.kind in BUILD_KINDS:
+        if artifact.kind in RECORDED_KINDS:
             others = tuple(task for task in artifact.tasks if task not in tasks)
             if not others:
                 continue
@@ -255,13 +269,14 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     for option in ("--task", "--debian-mirror", "--python-index", "--suite"):
         parser.add_argument(option, required=True)
+    parser.add_argument("--phase", choices=sorted(PHASE_KINDS), required=True)
     args = parser.parse_args()
     take_sigterm()  # stopped with SIGTERM, as the lab's own mirror
 
     def upstream(store: ArtifactStore) -> RecordingUpstream:
         return RecordingUpstream(
-            store, _Record(args.record, args.task), args.debian_mirror, args.packages.read_bytes(),
-            args.python_index, args.suite,
+            store, _Record(args.record, args.task, args.phase), args.debian_mirror,
+            args.packages.read_bytes(), args.python_index, args.suite,
         )  # fmt: skip
 
     try:

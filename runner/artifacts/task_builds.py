@@ -1,12 +1,15 @@
-"""Each task's image built once in a provisioned lab against the recording mirror, so what the
-build takes beyond the frozen set is recorded under the task (``runner resolve --update LOCK
---lab LAB``).
+"""Each task built once in a provisioned lab against the recording mirror, then its oracle run
+on that image, so what the build and the trial take beyond the frozen set is recorded under the
+task (``runner resolve --update LOCK --lab LAB``).
 
 The build is the deploy's (the task's environment/ in the guest, the local base images, no
 pulls), without Podman's layer cache so every step asks the mirror, bounded by the task's own
-build_timeout_sec. The Debian index offered is the guest suite's, from apt's signature-checked
-lists (runner.artifacts.debian's apt state); the PyPI index is the lock's ``python_index``.
-The built image is removed again: the deploy builds the frozen one from the frozen set.
+build_timeout_sec. The trial is the freeze's oracle (runner.lab.oracle_run): the task's reference
+solution and its verifier, whose installs (a solution's ``pip install``, a verifier's ``uvx -w``
+or ``apt-get install``) the cells' mirror must then serve too. The Debian index offered is the
+guest suite's, from apt's signature-checked lists (runner.artifacts.debian's apt state); the
+PyPI index is the lock's ``python_index``. The image and the trial are removed again: the deploy
+builds the frozen image from the frozen set, and the freeze runs its oracle on that.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from runner.artifacts.debian import AptState
@@ -25,8 +29,10 @@ from runner.artifacts.recording import RecordedFailure, read_record
 from runner.cache.paths import CachePaths
 from runner.core.errors import RunnerError
 from runner.core.processes import stop_process
+from runner.guest.task_images import task_image
 from runner.lab.layout import GUEST
 from runner.lab.mirror import start_server
+from runner.lab.oracle_run import ORACLE_TRIALS, OracleRun, scored_oracle
 from runner.lab.state import LabPaths, load_lab_state
 from runner.lab.transport import GuestTransport, SshTransport
 from runner.spec.lock import Lock
@@ -39,25 +45,47 @@ _LAST_LINES = 3
 
 
 @dataclass(frozen=True)
-class TaskBuild:
-    """One task's recorded build: what it took from upstream, and how the build ended."""
+class Recorded:
+    """What one phase of a task (its build, or its trial) took from upstream."""
 
-    task: str
     served: tuple[PinnedArtifact, ...]
     failed: tuple[RecordedFailure, ...]
-    built: bool
-    last_lines: str
 
-    def line(self) -> str:
-        debs = sum(artifact.kind == "build-deb" for artifact in self.served)
+    def summary(self) -> str:
+        debs = sum(artifact.kind.endswith("-deb") for artifact in self.served)
         python = len(self.served) - debs
         size = sum(artifact.size for artifact in self.served) / 1e6
-        said = "built" if self.built else f"did not build ({self.last_lines})"
         refused = f"; {len(self.failed)} fetches refused" if self.failed else ""
-        return (
-            f"task {self.task}: {said}; recorded {debs} debs and {python} Python files "
-            f"({size:.1f} MB){refused}"
-        )
+        return f"{debs} debs and {python} Python files ({size:.1f} MB){refused}"
+
+
+@dataclass(frozen=True)
+class TaskBuild:
+    """One task's recording: its build and how it ended, then (when it built) its oracle's
+    trial on that image and its score."""
+
+    task: str
+    build: Recorded
+    built: bool
+    last_lines: str
+    trial: Recorded | None = None
+    oracle: OracleRun | None = None
+
+    @property
+    def served(self) -> tuple[PinnedArtifact, ...]:
+        return self.build.served + (self.trial.served if self.trial else ())
+
+    def line(self) -> str:
+        said = "built" if self.built else f"did not build ({self.last_lines})"
+        line = f"task {self.task}: {said}; its build took {self.build.summary()}"
+        if self.trial is not None and self.oracle is not None:
+            score = "no score" if self.oracle.reward is None else f"scored {self.oracle.reward:g}"
+            line += (
+                f"; its oracle {score} in {self.oracle.seconds:g} s and took {self.trial.summary()}"
+            )
+            if self.oracle.reward != 1:
+                line += f" (its verifier's last lines: {self.oracle.last_lines})"
+        return line
 
 
 def suite_packages(lock: Lock, paths: CachePaths) -> bytes:
@@ -75,21 +103,37 @@ def suite_packages(lock: Lock, paths: CachePaths) -> bytes:
     return found[0].read_bytes()
 
 
+@dataclass(frozen=True)
+class RecordingSources:
+    """Where a recording takes what the frozen set lacks: the Debian suite's index (as apt
+    checked it) and mirror, and the PyPI index."""
+
+    debian_mirror: str
+    packages: bytes
+    python_index: str
+    suite: str
+
+    @classmethod
+    def of_lock(cls, lock: Lock, packages: bytes) -> RecordingSources:
+        return cls(lock.guest.mirror, packages, lock.tools.python_index, lock.guest.suite)
+
+
 @contextmanager
 def recording_mirror(
-    resolution_file: Path, port: int, work: Path, task: str, debian_mirror: str,
-    packages: bytes, python_index: str, suite: str,
+    resolution_file: Path, port: int, work: Path, task: str, phase: str,
+    sources: RecordingSources,
 ) -> Iterator[tuple[Path, Path]]:  # fmt: skip
-    """The recording mirror on ``port`` while the block runs; yields its log and record."""
+    """The recording mirror of ``task``'s ``phase`` on ``port`` while the block runs; yields
+    its log and its record (read them after the block)."""
     work.mkdir(parents=True, exist_ok=True)
-    log, record, index = work / "mirror.jsonl", work / "record.jsonl", work / "Packages"
-    record.unlink(missing_ok=True)  # this build's record alone
-    index.write_bytes(packages)
+    log, record, index = work / f"{phase}.mirror.jsonl", work / f"{phase}.jsonl", work / "Packages"
+    record.unlink(missing_ok=True)  # this phase's record alone
+    index.write_bytes(sources.packages)
     process = start_server(
         [sys.executable, "-m", "runner.artifacts.recording", "--resolution", str(resolution_file),
          "--port", str(port), "--log", str(log), "--record", str(record), "--task", task,
-         "--debian-mirror", debian_mirror, "--packages", str(index),
-         "--python-index", python_index, "--suite", suite],
+         "--phase", phase, "--debian-mirror", sources.debian_mirror, "--packages", str(index),
+         "--python-index", sources.python_index, "--suite", sources.suite],
         port,
     )  # fmt: skip
     try:
@@ -99,15 +143,25 @@ def recording_mirror(
 
 
 def build_command(task: str, timeout_seconds: float) -> str:
-    """The task's image built from nothing cached, its output kept, the image removed again."""
-    image = shlex.quote(f"localhost/bench-record-{task}:build")
+    """The task's image built from nothing cached under the name its trials use, its output
+    kept in the guest's build logs; the last lines printed."""
+    image = shlex.quote(task_image(task))
     context = shlex.quote(f"{GUEST.task(task)}/environment")
     log = shlex.quote(f"{GUEST.build_logs}/{task}.record.log")
     return (
         f"mkdir -p {shlex.quote(str(GUEST.build_logs))} && "
         f"timeout --kill-after=30 {math.ceil(timeout_seconds)} podman build --no-cache "
         f"--pull=never -t {image} {context} > {log} 2>&1; status=$?; "
-        f"podman rmi --force {image} >/dev/null 2>&1; tail -n {_LAST_LINES} {log}; exit $status"
+        f"tail -n {_LAST_LINES} {log}; exit $status"
+    )
+
+
+def removal_command(task: str) -> str:
+    """The recorded image and the oracle's trials removed again: the deploy builds the task's
+    image from the frozen set, the freeze runs its oracle on that."""
+    return (
+        f"podman rmi --force {shlex.quote(task_image(task))} >/dev/null 2>&1; "
+        f"rm -rf {shlex.quote(str(ORACLE_TRIALS))}"
     )
 
 
@@ -126,21 +180,30 @@ def record_task_builds(
     tasks: tuple[TaskDerivation, ...], packages: bytes,
 ) -> tuple[TaskBuild, ...]:  # fmt: skip
     """Every task of ``tasks`` built once in the lab's guest against the recording mirror on
-    the lab's mirror port, offering ``packages`` (the suite's index) beside the frozen set."""
+    the lab's mirror port, offering ``packages`` (the suite's index) beside the frozen set; each
+    that built then runs its oracle on that image against a recording of its trial."""
     guest, mirror_port = lab
+    sources = RecordingSources.of_lock(lock, packages)
     builds = []
     with guest.connect(_GUEST_WAIT_SECONDS) as connected:
         for task in tasks:
             work = CachePaths.default().tmp / "recorded-builds" / task.id
-            with recording_mirror(
-                resolution_file, mirror_port, work, task.id, lock.guest.mirror, packages,
-                lock.tools.python_index, lock.guest.suite,
-            ) as (_, record):  # fmt: skip
-                result = connected.exec(
-                    build_command(task.id, task.settings.build_timeout_sec),
-                    timeout=task.settings.build_timeout_sec + 120,
-                )
-            served, failed = read_record(record)
-            last = " | ".join(line.strip() for line in result.stdout.strip().splitlines())
-            builds.append(TaskBuild(task.id, served, failed, result.exit_code == 0, last))
+            record = partial(recording_mirror, resolution_file, mirror_port, work, task.id)
+            try:
+                with record("build", sources) as (_, build_record):
+                    result = connected.exec(
+                        build_command(task.id, task.settings.build_timeout_sec),
+                        timeout=task.settings.build_timeout_sec + 120,
+                    )
+                build = Recorded(*read_record(build_record))
+                last = " | ".join(line.strip() for line in result.stdout.strip().splitlines())
+                if result.exit_code != 0:
+                    builds.append(TaskBuild(task.id, build, False, last))
+                    continue
+                with record("trial", sources) as (_, trial_record):
+                    oracle = scored_oracle(connected, task.id)
+                trial = Recorded(*read_record(trial_record))
+                builds.append(TaskBuild(task.id, build, True, last, trial, oracle))
+            finally:
+                connected.exec(removal_command(task.id), timeout=300)
     return tuple(builds)

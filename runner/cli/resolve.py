@@ -5,10 +5,11 @@ and sha256 as recorded) into the host cache and never asks a resolver or rewrite
 resolution that does not cover the lock any more is refused. ``--update`` resolves afresh,
 writes the resolution (and the harness trees' lockfiles beside it) and prints what changed,
 package by package; with ``--lab LAB`` (a provisioned lab of this lock) it then builds each
-task's image once against the recording mirror (runner.artifacts.task_builds) and records what
-each build took beyond the frozen set under that task, so every later build is served it
-offline. What earlier recorded builds took is kept by a plain ``--update``. ``--check``
-resolves afresh and compares, leaving the file as it is.
+task's image once against the recording mirror (runner.artifacts.task_builds), runs its oracle
+on it, and records what each build and trial took beyond the frozen set under that task, so
+every later build and cell is served it offline (``--task ID``: only those tasks). What earlier
+recordings took is kept by a plain ``--update``. ``--check`` resolves afresh and compares,
+leaving the file as it is.
 
 Exit codes: 0 fetched (or updated, or with --check, matching); 1 an artifact its source does
 not have, a download or digest that differs from the record, or a --check mismatch; 2 bad
@@ -65,14 +66,25 @@ from runner.spec.resolution import (
     "recording mirror and record what the build took beyond the frozen set (minutes per task "
     "under emulation).",
 )
-def resolve_command(lock_path: Path, update: bool, check: bool, lab: str | None) -> None:
+@click.option(
+    "--task",
+    "task_ids",
+    multiple=True,
+    metavar="ID",
+    help="With --lab: record only this task (repeatable); the others keep what they recorded.",
+)
+def resolve_command(
+    lock_path: Path, update: bool, check: bool, lab: str | None, task_ids: tuple[str, ...]
+) -> None:
     """Fetch LOCK's recorded artifacts for its guest into the host cache (--update: re-resolve)."""
     if update and check:
         raise InputError("give --update or --check, not both")
     if lab is not None and not update:
         raise InputError("--lab records task builds: give it with --update")
+    if task_ids and lab is None:
+        raise InputError("--task chooses which tasks --lab records: give it with --lab")
     if update:
-        lines = update_resolution(lock_path, lab=lab)
+        lines = update_resolution(lock_path, lab=lab, task_ids=task_ids)
     elif check:
         lines = check_resolution(lock_path)
     else:
@@ -103,10 +115,14 @@ def update_resolution(
     paths: CachePaths | None = None,
     sections: frozenset[Section] = ALL_SECTIONS,
     lab: str | None = None,
+    task_ids: tuple[str, ...] = (),
 ) -> list[str]:
     """Resolve afresh, write the resolution and its lockfiles; one line per change. With a
     ``lab``, each task's build is then recorded into it (a line per task)."""
     lock = load_lock(lock_path)
+    unknown = sorted(set(task_ids) - set(lock.tasks.ids))
+    if unknown:
+        raise InputError(f"{lock_path}: no task {', '.join(unknown)} in the lock's [tasks]")
     path = resolution_path(lock_path, lock)
     previous = read_model(path, RecordedContent) if path.is_file() else None
     paths = paths or CachePaths.default()
@@ -115,12 +131,16 @@ def update_resolution(
     write_model(path, resolution)
     recorded_lines = []
     if lab is not None:
+        recorded = tuple(
+            task
+            for task in task_derivations(lock, resolution.tasks)
+            if not task_ids or task.id in task_ids
+        )
         builds = record_task_builds(
-            lock, path, lab_guest(lab), task_derivations(lock, resolution.tasks),
-            suite_packages(lock, paths),
-        )  # fmt: skip
+            lock, path, lab_guest(lab), recorded, suite_packages(lock, paths)
+        )
         served = tuple(artifact for build in builds for artifact in build.served)
-        resolution = merge_recorded(resolution, served)
+        resolution = merge_recorded(resolution, served, (build.task for build in builds))
         write_model(path, resolution)
         recorded_lines = [build.line() for build in builds]
     before = previous.environment_fingerprint if previous else "(none)"
@@ -162,7 +182,7 @@ def _resolve(
         f"{resolved.report.summary()} ({seconds:.1f} s; {resolved.total_bytes / 1e6:.1f} MB; "
         f"store {paths.artifacts})"
     )
-    return merge_recorded(resolved.resolution, carried), summary
+    return merge_recorded(resolved.resolution, carried, ()), summary
 
 
 def _write_lockfiles(path: Path, resolution: Resolution, store: ArtifactStore) -> None:

@@ -63,9 +63,9 @@ READY_SECONDS = 30.0
 _CONTENT_TYPES = {"index:simple": "text/html", "pypi": "text/html", "index": "text/plain"}
 # What the mirror serves of a resolution: the guest's debs (an apt-get in a task image finds
 # them too), the built base images' (with what the verifiers' apt-get needs on them), the wheels,
-# and what task builds recorded (runner.artifacts.recording).
-DEB_KINDS = ("deb", "base-deb", "build-deb")
-SERVED_KINDS = (*DEB_KINDS, "wheel", "verifier-wheel", "build-python")
+# and what task builds and trials recorded (runner.artifacts.recording).
+DEB_KINDS = ("deb", "base-deb", "build-deb", "trial-deb")
+SERVED_KINDS = (*DEB_KINDS, "wheel", "verifier-wheel", "build-python", "trial-python")
 
 
 class MirrorRequest(FrozenModel):

@@ -31,11 +31,16 @@ from runner.spec.lock import Lock, load_lock
 # OCI archive (runner.artifacts.oci); its name is the repository, its version the manifest digest.
 # build-deb, build-python: what a task's image build took from the lab's mirror beyond the
 # rest, recorded from the build itself (runner.artifacts.recording); never installed in the guest.
+# trial-deb, trial-python: what a task's trial took beyond that at run time (its reference
+# solution and its verifier), recorded from its oracle; served to its cells the same way.
 ArtifactKind = Literal[
     "deb", "wheel", "verifier-wheel", "npm", "node-binary", "bun-binary", "oci-image",
-    "build-deb", "build-python", "base-deb",
+    "build-deb", "build-python", "trial-deb", "trial-python", "base-deb",
 ]  # fmt: skip
 BUILD_KINDS: tuple[ArtifactKind, ...] = ("build-deb", "build-python")
+TRIAL_KINDS: tuple[ArtifactKind, ...] = ("trial-deb", "trial-python")
+# Every kind recorded from a task in a lab (runner resolve --update LOCK --lab LAB).
+RECORDED_KINDS: tuple[ArtifactKind, ...] = (*BUILD_KINDS, *TRIAL_KINDS)
 
 
 class PinnedArtifact(FrozenModel):
@@ -56,7 +61,7 @@ class PinnedArtifact(FrozenModel):
     )
     suite: Slug | None = Field(default=None, description="deb: the suite it was taken from")
     tasks: tuple[Slug, ...] = Field(
-        default=(), description="build-*: the tasks whose image build took this file"
+        default=(), description="build-*, trial-*: the tasks whose build or trial took this file"
     )
     images: tuple[str, ...] = Field(
         default=(), description="base-deb: the built base images (images.base) made of it"
