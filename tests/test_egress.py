@@ -260,6 +260,12 @@ def test_the_deploy_loads_the_firewall_before_podman_and_never_restarts_it(
     assert puts["/etc/resolv.conf"][1]["src"].getvalue() == egress.RESOLV_CONF
     podman_number, podman = puts["/etc/containers/containers.conf.d/50-bench.conf"]
     assert podman["src"].getvalue().startswith(egress.CONTAINERS_DNS_CONF)
+    # the containers' base hosts file, which containers.conf names, maps the Debian mirror's
+    # name (and nothing else) to the lab's mirror
+    hosts_number, hosts = puts[egress.CONTAINER_HOSTS_PATH]
+    assert f'base_hosts_file = "{egress.CONTAINER_HOSTS_PATH}"' in podman["src"].getvalue()
+    mapped = [line.split() for line in hosts["src"].getvalue().splitlines()[1:]]
+    assert mapped[2:] == [["10.0.2.101", "deb.debian.org"]] and hosts_number < podman_number
     podman_unit = names.index("systemd.service", podman_number)
     assert number < podman_number < podman_unit  # the firewall is up before any container runs
 

@@ -31,6 +31,7 @@ from runner.spec.resolution import PinnedArtifact, Resolution, ResolverTools
 from tests.support.upstream_standin import (
     DEB_POOL_PATH,
     DEB_VERSION,
+    SOURCE_NAME,
     WHEEL_NAME,
     Upstream,
     upstream_standin,
@@ -64,11 +65,17 @@ def resolution_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def apt_download(mirror: str, work: Path, package: str) -> subprocess.CompletedProcess[str]:
     """``apt-get update && apt-get download`` against ``mirror``, as a build's apt asks."""
+    return apt_get(work, f"deb [trusted=yes] {mirror}/debian ./", f"apt-get download -q {package}")
+
+
+def apt_get(work: Path, sources_line: str, command: str) -> subprocess.CompletedProcess[str]:
+    """``apt-get update`` and ``command`` in ``work``/got with ``sources_line`` its only
+    source, apt's state kept in ``work``."""
     root = work / "apt"
     for directory in ("lists/partial", "cache/archives/partial", "etc/apt.conf.d"):
         (root / directory).mkdir(parents=True, exist_ok=True)
     (root / "status").touch()
-    (root / "sources.list").write_text(f"deb [trusted=yes] {mirror}/debian ./\n")
+    (root / "sources.list").write_text(f"{sources_line}\n")
     settings = {
         "Dir::State": root, "Dir::State::Lists": root / "lists", "Dir::State::status":
         root / "status", "Dir::Cache": root / "cache", "Dir::Etc::SourceList":
@@ -79,7 +86,7 @@ def apt_download(mirror: str, work: Path, package: str) -> subprocess.CompletedP
     env = {**os.environ, "APT_CONFIG": str(root / "apt.conf")}
     (work / "got").mkdir(exist_ok=True)
     return subprocess.run(
-        f"apt-get update -q && apt-get download -q {package}", shell=True, cwd=work / "got",
+        f"apt-get update -q && {command}", shell=True, cwd=work / "got",
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 
@@ -167,6 +174,43 @@ def test_outside_the_frozen_set_named_then_recorded_then_served_offline_byte_ide
     (got,) = (offline / "got").glob("bench-extra_*_all.deb")
     assert got.read_bytes() == deb
     assert (offline / "got" / WHEEL_NAME).read_bytes() == wheel
+
+
+def test_a_source_package_of_a_suite_the_task_names_is_recorded_by_path_then_served_offline(
+    tmp_path: Path, resolution_file: Path
+) -> None:
+    """`apt-get source` from a deb-src line naming the Debian mirror (its host reaches the lab's
+    mirror): refused by the frozen set, recorded by archive path, then served offline."""
+    fetch = f"apt-get source --download-only -q {SOURCE_NAME}"
+
+    def deb_src(mirror: str) -> str:
+        return f"deb-src [trusted=yes] {mirror}/debian stable main"
+
+    with lab_mirror_at(resolution_file, tmp_path / "frozen") as mirror:
+        refused = apt_get(tmp_path / "frozen", deb_src(mirror), fetch)
+    assert refused.returncode != 0
+    with upstream_standin(tmp_path) as upstream:
+        with recording_at(resolution_file, upstream, tmp_path / "recording") as (
+            mirror, _, record,
+        ):  # fmt: skip
+            recorded = apt_get(tmp_path / "recording", deb_src(mirror), fetch)
+        sources = upstream.sources
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    served, failed = read_record(record)
+    assert failed == ()
+    assert {a.name: a.kind for a in served} == dict.fromkeys(sources, "build-debian-file")
+    write_model(
+        resolution_file, merge_recorded(read_model(resolution_file, Resolution), served, (TASK,))
+    )
+    offline = tmp_path / "offline"
+    with lab_mirror_at(resolution_file, offline) as mirror:
+        again = apt_get(offline, deb_src(mirror), fetch)
+        other = apt_get(offline, deb_src(mirror), "apt-get source --download-only -q other-src")
+    assert again.returncode == 0, again.stdout + again.stderr
+    got = {path.name: path.read_bytes() for path in (offline / "got").iterdir()}
+    pool = {path.rsplit("/", 1)[-1]: data for path, data in sources.items() if "pool/" in path}
+    assert got == pool and len(pool) == 2  # the .dsc and its tarball, byte for byte
+    assert other.returncode != 0 and "other-src" in other.stdout + other.stderr
 
 
 def test_a_file_unlike_its_index_entry_is_refused_and_its_failure_recorded(

@@ -180,6 +180,7 @@ class GuestPlan:
     rootfs_tar: str  # the guest's own userland for the local base images
     task_images: tuple[TaskImage, ...]
     mirror: guest.Mirror  # the lab's package mirror, for the task images' builds
+    debian_mirror: str  # the lock's Debian mirror: its host name is the lab's mirror in containers
 
 
 def _blob(artifact: PinnedArtifact) -> str:
@@ -256,6 +257,7 @@ def plan_guest(lock: Lock, lock_path: Path, lab: str) -> GuestPlan:
             tuple(a for a in resolution.artifacts if a.kind in BUILD_KINDS),
         ),
         mirror=guest.Mirror(lab, str(resolution_path(lock_path, lock))),
+        debian_mirror=lock.guest.mirror,
     )
 
 
@@ -451,7 +453,7 @@ def guest_provisioning(plan: GuestPlan) -> None:
     _artifact_store_mounted()
     guest.debs_installed(name="Debian packages of the resolution", debs=plan.debs)
     _egress_refused_and_recorded()
-    _podman_served()
+    _podman_served(plan.debian_mirror)
     server.user(
         name=f"Unprivileged agent user {AGENT_USER}",
         user=AGENT_USER,
@@ -520,9 +522,14 @@ def _egress_refused_and_recorded() -> None:
     )
 
 
-def _podman_served() -> None:
+def _podman_served(debian_mirror: str) -> None:
     """Podman's Docker-compatible socket, configured for a guest without D-Bus, for Harbor."""
     files.file(name="Podman's docker command without its notice", path="/etc/containers/nodocker")
+    hosts = files.put(
+        name="Task containers' base hosts file: the Debian mirror's name is the lab's mirror",
+        src=io.StringIO(egress.container_hosts(debian_mirror)),
+        dest=egress.CONTAINER_HOSTS_PATH,
+    )
     podman_config = files.put(
         name="Podman manages cgroups itself (no D-Bus in the guest for systemd's manager); "
         "its containers' resolver is a sink the egress firewall records",
@@ -547,7 +554,7 @@ def _podman_served() -> None:
         name="Podman's API service restarted on its next connection (config changed)",
         service="podman.service",
         running=False,
-        _if=any_changed(podman_config, never_idle),
+        _if=any_changed(podman_config, never_idle, hosts),
     )
     systemd.service(
         name="Podman's Docker-compatible socket for Harbor",

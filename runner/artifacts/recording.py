@@ -48,11 +48,12 @@ from runner.lab.mirror import serve, simple_page
 from runner.spec.resolution import RECORDED_KINDS, ArtifactKind, PinnedArtifact, Resolution
 
 _SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
-# What a recording is of, and the kinds it records a deb and a Python file as: a task's image
-# build, or its trial (the oracle: its reference solution and its verifier) on that image.
-PHASE_KINDS: dict[str, tuple[ArtifactKind, ArtifactKind]] = {
-    "build": ("build-deb", "build-python"),
-    "trial": ("trial-deb", "trial-python"),
+# What a recording is of, and the kinds it records a deb, a Python file and a file of the
+# Debian archive taken by its path as: a task's image build, or its trial (the oracle: its
+# reference solution and its verifier) on that image.
+PHASE_KINDS: dict[str, tuple[ArtifactKind, ArtifactKind, ArtifactKind]] = {
+    "build": ("build-deb", "build-python", "build-debian-file"),
+    "trial": ("trial-deb", "trial-python", "trial-debian-file"),
 }
 
 
@@ -167,12 +168,49 @@ class RecordingUpstream:
         return simple_page(listed)
 
     def file(self, kind: str, name: str) -> bytes | None:
-        deb_kind, python_kind = PHASE_KINDS[self.record.phase]
+        deb_kind, python_kind, _ = PHASE_KINDS[self.record.phase]
         if kind == "deb":
             return self._fetch(self.debs.get(name), name.rsplit("/", 1)[-1], deb_kind)
         with self._lock:
             listed = self.python_files.get(name)
         return self._fetch(listed, name, python_kind)
+
+    def archive_file(self, path: str) -> bytes | None:
+        """A file of the Debian archive by its path, as the Debian mirror has it today. No index
+        names it beforehand: apt in the task's container checks it (a suite's InRelease against
+        the image's keyring, every other file against the index that names it), and what it
+        took is recorded byte for byte; one the mirror does not have is a 404, not recorded.
+        A binary package is never taken this way: it comes checked against its index or not
+        at all."""
+        if path in self.debs or path.endswith((".deb", ".udeb")):
+            return None
+        url = f"{self.debian_mirror}/{path}"
+        try:
+            data = _download(url)
+        except aiohttp.ClientResponseError as error:
+            if error.status != 404:
+                self.record.write(RecordedFailure(url=url, error=f"{error.status} {error.message}"))
+            return None
+        except (aiohttp.ClientError, TimeoutError) as error:
+            self.record.write(RecordedFailure(url=url, error=str(error) or "timed out"))
+            return None
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        filename = path.rsplit("/", 1)[-1]
+        self.store.add_bytes(data, filename)
+        kind = PHASE_KINDS[self.record.phase][2]
+        self.record.write(
+            PinnedArtifact(
+                kind=kind,
+                name=path,
+                version=digest[7:19],
+                url=url,
+                filename=filename,
+                sha256=digest,
+                size=len(data),
+                tasks=(self.record.task,),
+            )
+        )
+        return data
 
     def _fetch(self, listed: _Listed | None, filename: str, kind: ArtifactKind) -> bytes | None:
         if listed is None:

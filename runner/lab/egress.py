@@ -32,6 +32,7 @@ import ipaddress
 import json
 import shlex
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field
 
@@ -51,9 +52,30 @@ RESOLV_CONF = (
     f"nameserver {GUEST_RESOLVER}\n"
     "options attempts:1\n"
 )
+# The task containers' base /etc/hosts (Podman's base_hosts_file; image builds read it too).
+CONTAINER_HOSTS_PATH = "/etc/containers/bench-hosts"
 # The [containers] table of Podman's containers.conf drop-in (the deploy adds its [engine]):
 # without it a container gets Google's resolvers when the guest's are loopback-only.
-CONTAINERS_DNS_CONF = f'[containers]\ndns_servers = ["{CONTAINER_RESOLVER}"]\n'
+CONTAINERS_DNS_CONF = (
+    f'[containers]\ndns_servers = ["{CONTAINER_RESOLVER}"]\n'
+    f'base_hosts_file = "{CONTAINER_HOSTS_PATH}"\n'
+)
+
+
+def container_hosts(debian_mirror: str) -> str:
+    """The task containers' base /etc/hosts: the lock's Debian mirror's host name is the lab's
+    mirror, so a sources line a task adds for it (a ``deb-src`` for ``apt-get source``) is
+    answered from the frozen set, or recorded by ``runner resolve --update --lab``; every other
+    name still goes to the recorded sink."""
+    host = urlsplit(debian_mirror).hostname
+    mirror = GUEST_MIRROR_ADDRESS.rsplit(":", 1)[0]
+    return (
+        "# The benchmark's task containers: the Debian mirror's name is the lab's package mirror.\n"
+        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+        f"{mirror}\t{host}\n"
+    )
+
+
 LOG_PREFIX = "bench-egress refused"
 
 # Who sent it: the guest's own processes (the output hook) or a task container (forward).

@@ -9,6 +9,11 @@ Task images build and verifiers set up inside the guest's containers, which reac
                         image of that release has it as its apt source)
     /simple/<project>/  a PEP 503 index of the resolution's wheels, with their sha256
     /files/<wheel>      the wheels
+    /debian/dists/..., /debian/pool/...
+                        files of the Debian archive that a task's build or trial took by their
+                        own path (a suite's signed index and a source package from a sources
+                        line the task adds, the task containers reaching the lock's Debian
+                        mirror's host name here), recorded
 
 straight from the content-addressed artifact store. Anything else is answered 404. Every request
 is a line of the mirror log (JSON Lines; the cell runner reads the lines of its own cell): what
@@ -54,7 +59,7 @@ from runner.core.models import FrozenModel
 from runner.core.signals import take_sigterm
 from runner.lab.state import LabPaths, load_lab_state
 from runner.spec.base_images import DEBIAN_RELEASES
-from runner.spec.resolution import PinnedArtifact, Resolution
+from runner.spec.resolution import DEBIAN_FILE_KINDS, PinnedArtifact, Resolution
 
 # apt asks for these on every update; the mirror has only Release and Packages.
 _APT_OPTIONAL = re.compile(r"^(InRelease|Release\.gpg|Packages\.\w+|.*Translation-.*|by-hash/.*)$")
@@ -65,7 +70,11 @@ _CONTENT_TYPES = {"index:simple": "text/html", "pypi": "text/html", "index": "te
 # them too), the built base images' (with what the verifiers' apt-get needs on them), the wheels,
 # and what task builds and trials recorded (runner.artifacts.recording).
 DEB_KINDS = ("deb", "base-deb", "build-deb", "trial-deb")
-SERVED_KINDS = (*DEB_KINDS, "wheel", "verifier-wheel", "build-python", "trial-python")
+SERVED_KINDS = (
+    *DEB_KINDS, "wheel", "verifier-wheel", "build-python", "trial-python", *DEBIAN_FILE_KINDS,
+)  # fmt: skip
+# Paths of the Debian archive's own layout (as a sources line naming the Debian mirror asks).
+_ARCHIVE_PATHS = ("dists/", "pool/")
 
 
 class MirrorRequest(FrozenModel):
@@ -97,6 +106,10 @@ class Upstream(Protocol):
     def project_page(self, name: str) -> bytes | None:
         """The simple-index page of a project the frozen set lacks (None: upstream has none)."""
 
+    def archive_file(self, path: str) -> bytes | None:
+        """A file of the Debian archive by its path on the Debian mirror, fetched and recorded
+        (None: the mirror has none)."""
+
 
 def project_name(name: str) -> str:
     """PEP 503's normalized project name."""
@@ -113,6 +126,8 @@ class FrozenSet:
     # Another Debian release's index (/debian/<codename>/): only the debs taken from it, for a
     # built base image of that release (images.base), never the guest suite's.
     suite_indexes: dict[str, bytes]
+    # Files of the Debian archive by their path on the Debian mirror (``dists/...``, ``pool/...``).
+    archive: dict[str, PinnedArtifact]
 
     @classmethod
     def of(
@@ -123,6 +138,8 @@ class FrozenSet:
             for artifact in resolution.artifacts
             if artifact.kind in SERVED_KINDS and project_name(artifact.name) not in withhold
         ]
+        archive = {a.name: a for a in kept if a.kind in DEBIAN_FILE_KINDS}
+        kept = [artifact for artifact in kept if artifact.kind not in DEBIAN_FILE_KINDS]
         debs = [artifact for artifact in kept if artifact.kind in DEB_KINDS]
         other_releases = [suite for suite in DEBIAN_RELEASES if suite != resolution.suite]
         packages = _packages_index([d for d in debs if d.suite not in other_releases], store)
@@ -138,6 +155,7 @@ class FrozenSet:
                 suite: _packages_index([deb for deb in debs if deb.suite == suite], store)
                 for suite in other_releases
             },
+            archive=archive,
         )
 
 
@@ -256,6 +274,11 @@ class MirrorServer(ThreadingHTTPServer):
         return None, f"other:{path}", True
 
     def _debian(self, name: str) -> tuple[bytes | None, str, bool]:
+        archived = self.frozen.archive.get(name)
+        if archived is not None:
+            return self.store.blob(archived.sha256).read_bytes(), f"debian:{name}", False
+        if name.startswith("dists/"):  # a real suite's index: the flat repository has none
+            return self._archive(name)
         if name == "Packages":
             return self.packages_index, "index:Packages", False
         if name == "Release":
@@ -266,7 +289,16 @@ class MirrorServer(ThreadingHTTPServer):
             return (index if file == "Packages" else _release(index)), f"index:{name}", False
         if _APT_OPTIONAL.match(file if suite in self.frozen.suite_indexes else name):
             return None, f"index:{name}", False
-        return self._file(name, "deb")
+        answer = self._file(name, "deb")
+        if answer[0] is None and name.startswith(_ARCHIVE_PATHS):
+            return self._archive(name)  # a source package's file, say: not a binary of the index
+        return answer
+
+    def _archive(self, name: str) -> tuple[bytes | None, str, bool]:
+        """A file of the Debian archive the frozen set lacks: recorded from the Debian mirror
+        in recording mode, else a miss."""
+        body = self.upstream.archive_file(name) if self.upstream is not None else None
+        return body, f"debian:{name}", True
 
     def _simple(self, parts: list[str]) -> tuple[bytes | None, str, bool]:
         if not parts:

@@ -31,14 +31,20 @@ from runner.spec.lock import Lock, load_lock
 # OCI archive (runner.artifacts.oci); its name is the repository, its version the manifest digest.
 # build-deb, build-python: what a task's image build took from the lab's mirror beyond the
 # rest, recorded from the build itself (runner.artifacts.recording); never installed in the guest.
-# trial-deb, trial-python: what a task's trial took beyond that at run time (its reference
-# solution and its verifier), recorded from its oracle; served to its cells the same way.
+# build-debian-file: a file of the Debian archive a build asked for by its own path on the
+# lock's Debian mirror (a suite's signed index from a sources line the Dockerfile adds, a source
+# package's files for `apt-get source`); its name is that path. trial-*: what a task's trial
+# took beyond all that at run time (its reference solution and its verifier), recorded from its
+# oracle; served to its cells the same way.
 ArtifactKind = Literal[
     "deb", "wheel", "verifier-wheel", "npm", "node-binary", "bun-binary", "oci-image",
-    "build-deb", "build-python", "trial-deb", "trial-python", "base-deb",
+    "build-deb", "build-python", "build-debian-file", "trial-deb", "trial-python",
+    "trial-debian-file", "base-deb",
 ]  # fmt: skip
-BUILD_KINDS: tuple[ArtifactKind, ...] = ("build-deb", "build-python")
-TRIAL_KINDS: tuple[ArtifactKind, ...] = ("trial-deb", "trial-python")
+BUILD_KINDS: tuple[ArtifactKind, ...] = ("build-deb", "build-python", "build-debian-file")
+TRIAL_KINDS: tuple[ArtifactKind, ...] = ("trial-deb", "trial-python", "trial-debian-file")
+# Files of the Debian archive served by their path on the lock's Debian mirror.
+DEBIAN_FILE_KINDS: tuple[ArtifactKind, ...] = ("build-debian-file", "trial-debian-file")
 # Every kind recorded from a task in a lab (runner resolve --update LOCK --lab LAB).
 RECORDED_KINDS: tuple[ArtifactKind, ...] = (*BUILD_KINDS, *TRIAL_KINDS)
 

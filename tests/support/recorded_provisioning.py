@@ -63,6 +63,7 @@ def example_plan() -> GuestPlan:
             for task in tasks
         ),
         mirror=guest_ops.Mirror("vmtest", "/repo/locks/demo.resolved.json"),
+        debian_mirror="http://deb.debian.org/debian",
     )
 
 

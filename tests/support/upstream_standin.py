@@ -1,7 +1,8 @@
 """A stand-in for the upstream registries a recording mirror fetches from (deb.debian.org and
 pypi.org), on 127.0.0.1: a Debian pool with one real .deb (built with dpkg-deb) and its
-Packages stanza, and a PEP 691 simple index with one real wheel. Only for the tests: the lab
-reaches the real registries through the host."""
+Packages stanza, a suite ``stable`` whose Release (unsigned) names a Sources index of one real
+source package (built with dpkg-source), and a PEP 691 simple index with one real wheel. Only
+for the tests: the lab reaches the real registries through the host."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from tests.support.loopback_http import serve_on_loopback
 DEB_VERSION = "1.0~deb13u1"
 DEB_POOL_PATH = f"pool/main/b/bench-extra/bench-extra_{DEB_VERSION}_all.deb"
 WHEEL_NAME = "bench_extra-2.0-py3-none-any.whl"
+SOURCE_NAME = "bench-src"
+SOURCE_POOL = f"pool/main/b/{SOURCE_NAME}"
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,7 @@ class Upstream:
     packages: bytes  # the Debian index's stanzas (Filename: pool/...)
     deb: bytes
     wheel: bytes
+    sources: dict[str, bytes]  # the suite's index and the source package, by archive path
     requests: list[str]  # every path asked, in order
 
     @property
@@ -82,10 +86,45 @@ def _stanza(deb: bytes, work: Path) -> bytes:
     ).encode()
 
 
+def built_source_suite(work: Path) -> dict[str, bytes]:
+    """A native source package (dpkg-source -b) in the pool, and suite ``stable``'s Sources and
+    Release naming it: what ``apt-get source`` asks for, by archive path."""
+    tree = work / "source" / f"{SOURCE_NAME}-1.0"
+    (tree / "debian" / "source").mkdir(parents=True)
+    (tree / "debian" / "source" / "format").write_text("3.0 (native)\n")
+    (tree / "debian" / "control").write_text(
+        f"Source: {SOURCE_NAME}\nMaintainer: bench <b@x>\n\nPackage: {SOURCE_NAME}\n"
+        "Architecture: all\nDescription: a source package of the recording test\n"
+    )
+    (tree / "debian" / "changelog").write_text(
+        f"{SOURCE_NAME} (1.0) unstable; urgency=low\n\n  * Test.\n\n"
+        " -- bench <b@x>  Thu, 01 Jan 2026 00:00:00 +0000\n"
+    )
+    (tree / "debian" / "rules").write_text("#!/usr/bin/make -f\n%:\n\tdh $@\n")
+    subprocess.run(["dpkg-source", "-b", tree.name], cwd=tree.parent, check=True,
+                   capture_output=True)  # fmt: skip
+    pool = work / "source" / "root" / SOURCE_POOL
+    pool.mkdir(parents=True)
+    for built in tree.parent.glob(f"{SOURCE_NAME}_1.0.*"):
+        built.rename(pool / built.name)
+    index = subprocess.run(
+        ["dpkg-scansources", SOURCE_POOL], cwd=work / "source" / "root", check=True,
+        capture_output=True,
+    ).stdout  # fmt: skip
+    release = (
+        "Suite: stable\nCodename: stable\nComponents: main\nArchitectures: all\nSHA256:\n"
+        f" {hashlib.sha256(index).hexdigest()} {len(index)} main/source/Sources\n"
+    ).encode()
+    files = {f"{SOURCE_POOL}/{path.name}": path.read_bytes() for path in pool.iterdir()}
+    return {**files, "dists/stable/main/source/Sources": index, "dists/stable/Release": release}
+
+
 @contextmanager
 def upstream_standin(work: Path) -> Iterator[Upstream]:
     deb, wheel = built_deb(work, "bench-extra", DEB_VERSION), built_wheel()
+    sources = built_source_suite(work)
     files = {f"/debian/{DEB_POOL_PATH}": deb, f"/files/{WHEEL_NAME}": wheel}
+    files |= {f"/debian/{path}": data for path, data in sources.items()}
 
     def answer(path: str, url: str) -> bytes | None:
         if path == "/simple/bench-extra/":
@@ -96,4 +135,4 @@ def upstream_standin(work: Path) -> Iterator[Upstream]:
         return files.get(unquote(path))
 
     with serve_on_loopback(answer) as served:
-        yield Upstream(served.url, _stanza(deb, work), deb, wheel, served.requests)
+        yield Upstream(served.url, _stanza(deb, work), deb, wheel, sources, served.requests)
