@@ -63,10 +63,10 @@ from runner.fleet.workflow import BatchWorkflow, HostsWorkflow
 from runner.records.ledger import AttemptRecord, Failure, Ledger, now
 from runner.records.paths import RunPaths
 from runner.records.schedule import Batch
-from runner.records.tasks import RunTasks
 from runner.run.execute import (
     record_abort,
     run_task_derivations,
+    run_tasks,
     set_aside_earlier_abort,
     take_provider_keys,
 )
@@ -331,7 +331,7 @@ def _execute_fleet(run: OpenRun, fleet: Fleet, console: Console) -> Receipt:
                 "batch-per-host)"
             )
         keys = take_provider_keys(run.lock)
-        write_model(run.paths.tasks, RunTasks(tasks=run_task_derivations(run)))
+        write_model(run.paths.tasks, run_tasks(run, run_task_derivations(run)))
         canary = new_canary()
         write_atomic(run.paths.scan_canary, canary.encode())
         stage = "cells"

@@ -38,7 +38,7 @@ from runner.lab.transport import GuestTransport
 from runner.proxy import CredentialProxy
 from runner.records.ledger import Failure, Ledger, now
 from runner.records.paths import RunPaths
-from runner.records.tasks import RunTasks
+from runner.records.tasks import RunTasks, task_mirror_files
 from runner.run.guest_scan import (
     DiskFindings,
     guest_findings,
@@ -235,6 +235,17 @@ def run_task_derivations(run: OpenRun) -> tuple[TaskDerivation, ...]:
     return task_derivations(run.lock, recorded)
 
 
+def run_tasks(run: OpenRun, tasks: tuple[TaskDerivation, ...]) -> RunTasks:
+    """The run's tasks.json: ``tasks``, and what the mirror serves each beyond the frozen
+    guest, from the resolution recorded in the run."""
+    artifacts = (
+        read_model(run.paths.resolution, Resolution).artifacts
+        if run.paths.resolution.is_file()
+        else ()
+    )
+    return RunTasks(tasks=tasks, mirror_files=task_mirror_files(artifacts))
+
+
 def check_identities(run: OpenRun, lab: LabState, manifest: FreezeManifest) -> None:
     fingerprint = run.lock.environment_fingerprint
     if lab.environment_fingerprint != fingerprint:
@@ -294,7 +305,7 @@ def preflight(
     if ledger.repair_torn_tail():
         console.print("the ledger's last line was torn by a kill: kept under attempts/")
     lab.check(run)
-    write_model(run.paths.tasks, RunTasks(tasks=lab.tasks(run)))
+    write_model(run.paths.tasks, run_tasks(run, lab.tasks(run)))
     keep_frozen_manifests(run.paths, lab)
     keys = take_provider_keys(run.lock)
     if run.resumed:

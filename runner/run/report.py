@@ -15,7 +15,7 @@ from runner.records.ledger import Ledger, LedgerLine
 from runner.records.paths import RunPaths
 from runner.records.prompt import PromptFootprint
 from runner.records.schedule import Schedule
-from runner.records.tasks import RunTasks
+from runner.records.tasks import RunTasks, TaskMirrorFiles
 from runner.run.analysis import (
     BatchStats,
     Comparison,
@@ -205,7 +205,7 @@ def write_report(run_dir: Path) -> Receipt:
 
 def report_blocks(paths: RunPaths, receipt: Receipt) -> list[Block]:
     """The report's document: the receipt and what the run's files add to it."""
-    return document(receipt, first_requests(paths), refused_egress(paths), run_tasks(paths))
+    return document(receipt, first_requests(paths), refused_egress(paths), read_run_tasks(paths))
 
 
 def first_requests(paths: RunPaths) -> dict[str, tuple[PromptFootprint, ...]]:
@@ -908,23 +908,52 @@ def task_section(tasks: Sequence[TaskDerivation]) -> list[Block]:
     return blocks
 
 
-def run_tasks(paths: RunPaths) -> tuple[TaskDerivation, ...]:
-    return read_model(paths.tasks, RunTasks).tasks if paths.tasks.is_file() else ()
+def mirror_files_section(files: Sequence[TaskMirrorFiles]) -> list[Block]:
+    """Per task, what the lab's mirror serves it beyond the guest's frozen set: what its image
+    build and its trial (its oracle) took when recorded. None: the section is left out."""
+    if not files:
+        return []
+    return [
+        Paragraph(
+            (
+                "What the lab's mirror serves each task beyond the guest's own frozen set, as "
+                "recorded from the task's image build and from its trial (its reference solution "
+                "and verifier); a request for anything else is a miss:",
+            )
+        ),
+        table(
+            [("task", L), ("recorded from", L), ("files", R), ("MB", R)],
+            (
+                (
+                    entry.task,
+                    entry.kind,
+                    str(entry.files),
+                    f"{entry.size / 1e6:.1f}",
+                )
+                for entry in files
+            ),
+        ),
+    ]
+
+
+def read_run_tasks(paths: RunPaths) -> RunTasks:
+    return read_model(paths.tasks, RunTasks) if paths.tasks.is_file() else RunTasks(tasks=())
 
 
 def document(
     receipt: Receipt,
     footprints: Mapping[str, Sequence[PromptFootprint]] | None = None,
     egress: Mapping[str, Sequence[CellEgress]] | None = None,
-    tasks: Sequence[TaskDerivation] = (),
+    tasks: RunTasks | None = None,
 ) -> list[Block]:
     """Every section of the report, in order: both renderers format these blocks.
     ``footprints`` are the first requests per harness label (``first_requests``, read from the
     run's ledger); without them the report has no prompt-overhead section. ``egress``, each
     harness's cells' refused egress (``refused_egress``, from the ledger too), likewise.
-    ``tasks``: the run's tasks.json (``run_tasks``)."""
+    ``tasks``: the run's tasks.json (``read_run_tasks``)."""
     blocks = run_section(receipt)
-    blocks += task_section(tasks)
+    if tasks is not None:
+        blocks += task_section(tasks.tasks) + mirror_files_section(tasks.mirror_files)
     for batch in receipt.batches:
         blocks += _batch_section(batch)
     blocks += _failure_class_section(receipt)
