@@ -249,6 +249,8 @@ def test_cli_refusal_is_one_line(lock_path: Path) -> None:
     ("extra", "said"),
     [
         (["--task", "regex-log"], "--task chooses which tasks --lab records: give it with --lab"),
+        (["--check", "--lab", "tb20"], "--lab records into the resolution: give it without"),
+        (["--lab", "tb20", "--task", "no-such-task"], "no task no-such-task in the lock's [tasks]"),
         (
             ["--update", "--lab", "tb20", "--task", "no-such-task"],
             "no task no-such-task in the lock's [tasks]",

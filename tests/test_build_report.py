@@ -104,7 +104,7 @@ def test_the_table_has_a_row_per_failed_task_and_how_to_add_what_is_missing() ->
     assert table[3].split()[:2] == ["polyglot-c-py", "build"]
     assert table[4] == (
         "  task sqlite-db-truncate: the lab's frozen package set has no sqlite3: record what "
-        "its build takes with 'runner resolve --update LOCK --lab LAB', then deploy again"
+        "its build takes with 'runner resolve LOCK --lab LAB', then deploy again"
     )
     assert len(table) == 5
 

@@ -2,7 +2,7 @@
 set is fetched from the registries the host reaches, checked, kept and recorded.
 
 The lab's own mirror (runner.lab.mirror) serves the frozen set and refuses anything else. To
-learn what a task's image build and its trial need, ``runner resolve --update --lab`` builds it
+learn what a task's image build and its trial need, ``runner resolve LOCK --lab LAB`` builds it
 and runs its oracle once against this mirror instead (runner.artifacts.task_builds): apt's flat
 index is the frozen set's stanzas followed by the guest suite's own (from apt's signature-
 checked lists), so a ``Filename: pool/...`` apt asks for is fetched from the Debian mirror and

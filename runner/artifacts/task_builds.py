@@ -1,6 +1,6 @@
 """Each task built once in a provisioned lab against the recording mirror, then its oracle run
 on that image, so what the build and the trial take beyond the frozen set is recorded under the
-task (``runner resolve --update LOCK --lab LAB``).
+task (``runner resolve LOCK --lab LAB``).
 
 The build is the deploy's (the task's environment/ in the guest, the local base images, no
 pulls), without Podman's layer cache so every step asks the mirror, bounded by the task's own

@@ -4,12 +4,13 @@ The resolution file is authoritative: ``runner resolve LOCK`` fetches its artifa
 and sha256 as recorded) into the host cache and never asks a resolver or rewrites the file; a
 resolution that does not cover the lock any more is refused. ``--update`` resolves afresh,
 writes the resolution (and the harness trees' lockfiles beside it) and prints what changed,
-package by package; with ``--lab LAB`` (a provisioned lab of this lock) it then builds each
-task's image once against the recording mirror (runner.artifacts.task_builds), runs its oracle
-on it, and records what each build and trial took beyond the frozen set under that task, so
-every later build and cell is served it offline (``--task ID``: only those tasks). What earlier
-recordings took is kept by a plain ``--update``. ``--check`` resolves afresh and compares,
-leaving the file as it is.
+package by package. ``--lab LAB`` (a provisioned lab of this lock) builds each task's image once
+against the recording mirror (runner.artifacts.task_builds), runs its oracle on it, and records
+what each build and trial took beyond the frozen set under that task into the resolution as it
+stands (nothing else is resolved again; with ``--update``, into the fresh one), so every later
+build and cell is served it offline (``--task ID``: only those tasks). What earlier recordings
+took is kept by a plain ``--update``. ``--check`` resolves afresh and compares, leaving the file
+as it is.
 
 Exit codes: 0 fetched (or updated, or with --check, matching); 1 an artifact its source does
 not have, a download or digest that differs from the record, or a --check mismatch; 2 bad
@@ -35,7 +36,7 @@ from runner.core.errors import InputError, RunnerError
 from runner.core.files import read_model, write_atomic, write_model
 from runner.core.roots import REPO_ROOT
 from runner.lab.tasks import task_derivations
-from runner.spec.lock import load_lock
+from runner.spec.lock import Lock, load_lock
 from runner.spec.resolution import (
     RecordedContent,
     Resolution,
@@ -62,9 +63,10 @@ from runner.spec.resolution import (
 )
 @click.option(
     "--lab",
-    help="With --update: build each task's image once in this provisioned lab against the "
-    "recording mirror and record what the build took beyond the frozen set (minutes per task "
-    "under emulation).",
+    help="Build each task's image once in this provisioned lab against the recording mirror, "
+    "run its oracle on it, and record what the build and the trial took beyond the frozen set "
+    "into the resolution as it stands (with --update: into a fresh one); minutes per task "
+    "under emulation.",
 )
 @click.option(
     "--task",
@@ -79,12 +81,14 @@ def resolve_command(
     """Fetch LOCK's recorded artifacts for its guest into the host cache (--update: re-resolve)."""
     if update and check:
         raise InputError("give --update or --check, not both")
-    if lab is not None and not update:
-        raise InputError("--lab records task builds: give it with --update")
+    if lab is not None and check:
+        raise InputError("--lab records into the resolution: give it without --check")
     if task_ids and lab is None:
         raise InputError("--task chooses which tasks --lab records: give it with --lab")
     if update:
         lines = update_resolution(lock_path, lab=lab, task_ids=task_ids)
+    elif lab is not None:
+        lines = record_resolution(lock_path, lab, task_ids)
     elif check:
         lines = check_resolution(lock_path)
     else:
@@ -118,35 +122,65 @@ def update_resolution(
     task_ids: tuple[str, ...] = (),
 ) -> list[str]:
     """Resolve afresh, write the resolution and its lockfiles; one line per change. With a
-    ``lab``, each task's build is then recorded into it (a line per task)."""
+    ``lab``, each task's build and trial are then recorded into it (a line per task)."""
     lock = load_lock(lock_path)
-    unknown = sorted(set(task_ids) - set(lock.tasks.ids))
-    if unknown:
-        raise InputError(f"{lock_path}: no task {', '.join(unknown)} in the lock's [tasks]")
+    _known_tasks(lock_path, lock, task_ids)
     path = resolution_path(lock_path, lock)
     previous = read_model(path, RecordedContent) if path.is_file() else None
     paths = paths or CachePaths.default()
     resolution, summary = _resolve(lock_path, paths, sections, previous)
     _write_lockfiles(path, resolution, ArtifactStore(paths))
     write_model(path, resolution)
-    recorded_lines = []
+    recorded_lines: list[str] = []
     if lab is not None:
-        recorded = tuple(
-            task
-            for task in task_derivations(lock, resolution.tasks)
-            if not task_ids or task.id in task_ids
-        )
-        builds = record_task_builds(
-            lock, path, lab_guest(lab), recorded, suite_packages(lock, paths)
-        )
-        served = tuple(artifact for build in builds for artifact in build.served)
-        resolution = merge_recorded(resolution, served, (build.task for build in builds))
-        write_model(path, resolution)
-        recorded_lines = [build.line() for build in builds]
+        resolution, recorded_lines = _recorded_in_lab(lock, path, resolution, lab, task_ids, paths)
+    return [summary, *recorded_lines, *_changed(lock, path, previous, resolution)]
+
+
+def record_resolution(
+    lock_path: Path, lab: str, task_ids: tuple[str, ...] = (), paths: CachePaths | None = None
+) -> list[str]:
+    """Each task's build and trial recorded in ``lab`` into the committed resolution as it
+    stands: nothing else is resolved again (a registry's newer answers stay out)."""
+    lock = load_lock(lock_path)
+    _known_tasks(lock_path, lock, task_ids)
+    paths = paths or CachePaths.default()
+    fetched = fetch_resolution(lock_path, paths)  # the mirror serves the set from the store
+    path = resolution_path(lock_path, lock)
+    previous = load_resolution(path, lock, lock_path)
+    resolution, lines = _recorded_in_lab(lock, path, previous, lab, task_ids, paths)
+    return [fetched[0], *lines, *_changed(lock, path, previous, resolution)]
+
+
+def _known_tasks(lock_path: Path, lock: Lock, task_ids: tuple[str, ...]) -> None:
+    unknown = sorted(set(task_ids) - set(lock.tasks.ids))
+    if unknown:
+        raise InputError(f"{lock_path}: no task {', '.join(unknown)} in the lock's [tasks]")
+
+
+def _recorded_in_lab(
+    lock: Lock, path: Path, resolution: Resolution, lab: str, task_ids: tuple[str, ...],
+    paths: CachePaths,
+) -> tuple[Resolution, list[str]]:  # fmt: skip
+    """``resolution`` (written at ``path``) with what the lab's recordings of the tasks (all,
+    or ``task_ids``) took, written again; a line per task."""
+    recorded = tuple(
+        task
+        for task in task_derivations(lock, resolution.tasks)
+        if not task_ids or task.id in task_ids
+    )
+    builds = record_task_builds(lock, path, lab_guest(lab), recorded, suite_packages(lock, paths))
+    served = tuple(artifact for build in builds for artifact in build.served)
+    resolution = merge_recorded(resolution, served, (build.task for build in builds))
+    write_model(path, resolution)
+    return resolution, [build.line() for build in builds]
+
+
+def _changed(
+    lock: Lock, path: Path, previous: RecordedContent | Resolution | None, resolution: Resolution
+) -> list[str]:
     before = previous.environment_fingerprint if previous else "(none)"
     return [
-        summary,
-        *recorded_lines,
         *(changes(previous, resolution) or ["no change"]),
         f"{len(resolution.artifacts)} artifacts for {lock.guest.arch}, written to {path}",
         f"environment {before} -> {resolution.environment_fingerprint}"

@@ -94,7 +94,7 @@ def failure_table(failures: list[BuildFailure], tried: int) -> str:
             rows.append(
                 f"  task {failure.task}: the lab's frozen package set has no "
                 f"{', '.join(failure.missing)}: record what its build takes with "
-                "'runner resolve --update LOCK --lab LAB', then deploy again"
+                "'runner resolve LOCK --lab LAB', then deploy again"
             )
     return "\n".join(rows)
 

@@ -65,7 +65,7 @@ CONTAINERS_DNS_CONF = (
 def container_hosts(debian_mirror: str) -> str:
     """The task containers' base /etc/hosts: the lock's Debian mirror's host name is the lab's
     mirror, so a sources line a task adds for it (a ``deb-src`` for ``apt-get source``) is
-    answered from the frozen set, or recorded by ``runner resolve --update --lab``; every other
+    answered from the frozen set, or recorded by ``runner resolve LOCK --lab LAB``; every other
     name still goes to the recorded sink."""
     host = urlsplit(debian_mirror).hostname
     mirror = GUEST_MIRROR_ADDRESS.rsplit(":", 1)[0]

@@ -1,7 +1,7 @@
 """``tasks.json`` of a run: the lock's tasks as the lab ran them (runner.spec.tasks), written at
 preflight, so the report says per task what the lab changed without the host's cache, and what
 the lab's mirror serves each task beyond the guest's own frozen set (what its image build and
-its trial took when they were recorded: ``runner resolve --update LOCK --lab LAB``)."""
+its trial took when they were recorded: ``runner resolve LOCK --lab LAB``)."""
 
 from __future__ import annotations
 

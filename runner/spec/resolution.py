@@ -45,7 +45,7 @@ BUILD_KINDS: tuple[ArtifactKind, ...] = ("build-deb", "build-python", "build-deb
 TRIAL_KINDS: tuple[ArtifactKind, ...] = ("trial-deb", "trial-python", "trial-debian-file")
 # Files of the Debian archive served by their path on the lock's Debian mirror.
 DEBIAN_FILE_KINDS: tuple[ArtifactKind, ...] = ("build-debian-file", "trial-debian-file")
-# Every kind recorded from a task in a lab (runner resolve --update LOCK --lab LAB).
+# Every kind recorded from a task in a lab (runner resolve LOCK --lab LAB).
 RECORDED_KINDS: tuple[ArtifactKind, ...] = (*BUILD_KINDS, *TRIAL_KINDS)
 
 
