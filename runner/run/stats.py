@@ -16,6 +16,7 @@ Every result is a model so the receipt carries it and any renderer only formats 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Hashable, Sequence
 from math import comb
 from typing import Any, Literal
@@ -189,7 +190,10 @@ def percentile_interval(
     together), seeded. Leading axes are independent data sets (the coverage simulation's)."""
     from scipy import stats
 
-    with np.errstate(divide="ignore", invalid="ignore"):  # a 0 denominator is inf, not a crash
+    # A 0 denominator is inf, not a crash; scipy warns of BCa on degenerate data even when it
+    # computes the percentile interval, whose bounds are then simply equal.
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
         result = stats.bootstrap(
             tuple(np.asarray(sample, dtype=float) for sample in samples),
             statistic,
