@@ -107,18 +107,34 @@ def test_every_estimate_lies_inside_its_interval(seed: int) -> None:
         assert inside(position.wall_seconds.value, position.wall_seconds), position
 
 
-def test_a_small_sample_gets_its_range_and_the_range_s_coverage() -> None:
-    """3 clusters: a percentile interval is [min, max] whatever it is called; it covers the
-    median with probability 1 - 2 x 0.5^3."""
-    assert stats.range_coverage(3) == pytest.approx(0.75)
-    assert stats.range_coverage(2) == pytest.approx(0.5)
+def test_a_median_gets_its_exact_order_statistic_interval() -> None:
+    """3 values: the range, which covers the median with probability 1 - 2 x 0.5^3 = 0.75; 7
+    values: the range (0.984), not the percentile bootstrap's [X(2), X(6)] (0.875); 9 values:
+    [X(2), X(8)] (0.961)."""
+    assert stats.order_statistic_coverage(3, 1) == pytest.approx(0.75)
+    assert stats.order_statistic_coverage(7, 2) == pytest.approx(0.875)
     three = stats.median_estimate([4.0, 1.0, 9.0])
     assert (three.value, three.coverage, three.interval) == (4.0, 0.75, Interval(low=1, high=9))
+    assert not three.labelled_confidence
     assert stats.median_estimate([4.0]).interval is None
+    seven = stats.median_estimate([float(v) for v in range(7)])
+    assert seven.interval == Interval(low=0, high=6) and seven.labelled_confidence
+    assert seven.coverage == pytest.approx(1 - 2 * 0.5**7)
     nine = stats.median_estimate([float(v) for v in range(9)])
-    assert nine.coverage is None and nine.interval is not None
-    ratio = stats.cluster_bootstrap(stats.ratio_of(stats.total), [[1, 2, 3], [2, 3, 4]])
-    assert ratio.value == pytest.approx(6 / 9) and ratio.interval is None
+    assert nine.interval == Interval(low=1, high=7) and nine.coverage == pytest.approx(0.9609375)
+    ratio = stats.cluster_bootstrap(
+        stats.ratio_of(stats.total), [[1, 2], [2, 3]], "ratio of totals"
+    )
+    assert ratio.value == pytest.approx(3 / 5) and ratio.interval is None
+
+
+def test_equal_values_say_so_instead_of_a_zero_width_interval(seed_lock_path: Path) -> None:
+    lock = load_lock(seed_lock_path)
+    schedule = build_schedule(lock)
+    lines = [line_for(cell, wall=42.0) for cell in schedule.cells]
+    text = render_markdown(build_receipt(lock, schedule, lines, "clean", "passed"))
+    assert "| Bare Pi | 9/9 = 1.000 [0.701, 1.000] | 42.0 (all 9 values equal) |" in text
+    assert "[42.0, 42.0]" not in text
 
 
 def test_the_harness_task_table_states_what_its_intervals_cover(seed_lock_path: Path) -> None:
@@ -127,20 +143,35 @@ def test_the_harness_task_table_states_what_its_intervals_cover(seed_lock_path: 
     lines = [line_for(cell, wall=10.0 + cell.repeat) for cell in schedule.cells]
     text = render_markdown(build_receipt(lock, schedule, lines, "clean", "passed"))
     assert (
-        "| Bare Pi · git-leak-recovery | 3/3 = 1.000 [0.439, 1.000] | 12.0 [11.0, 13.0]: " in text
+        "| Bare Pi · git-leak-recovery | 3/3 = 1.000 [0.439, 1.000] | "
+        "12.0 [11.0, 13.0] (covers 0.750 at 3 values, exact) |" in text
     )
-    assert "range of 3, covers the median with probability 0.75 |" in text
     assert "median wall s [95 % CI]" not in text
 
 
 def test_a_ratio_over_too_few_clusters_has_no_interval() -> None:
     openpi = [cell for cell in GLM.cells if cell.harness == "openpi"]
-    lines = [line_for(cell) for cell in GLM.cells if cell not in openpi[3:]]
+    lines = [line_for(cell) for cell in GLM.cells if cell not in openpi[2:]]
     labels = {h.id: h.label for h in LOCK.harnesses}
     wall = comparisons(lines)[("wall_seconds", "openpi", "bare-pi")]
     assert wall.interval is None
     assert describe(wall, labels, stats.Methods()).endswith(
-        "; no interval (3 clusters: too few to bootstrap)"
+        "; no interval (2 clusters: too few to bootstrap)"
+    )
+
+
+def test_a_ratio_over_3_clusters_states_its_simulated_coverage() -> None:
+    openpi = [cell for cell in GLM.cells if cell.harness == "openpi"]
+    lines = [
+        line_for(cell, wall=10.0 + cell.repeat + cell.position % 4)
+        for cell in GLM.cells
+        if cell not in openpi[3:]
+    ]
+    labels = {h.id: h.label for h in LOCK.harnesses}
+    wall = comparisons(lines)[("wall_seconds", "openpi", "bare-pi")]
+    assert wall.interval is not None and wall.coverage == 0.715
+    assert "(covers 0.71 at 3 clusters, simulated) (3 clusters;" in describe(
+        wall, labels, stats.Methods()
     )
 
 
@@ -219,14 +250,13 @@ def test_the_report_shows_unjudged_cells_apart(seed_lock_path: Path) -> None:
     assert "unjudged as pass: 9/9 vs 9/9" in text and "unjudged as fail: 6/9 vs 6/9" in text
 
 
-def test_a_median_s_interval_is_the_percentile_bootstrap_s() -> None:
-    """A percentile interval of a median lies inside the data's range; a basic bootstrap's
+def test_a_median_s_interval_is_inside_the_data() -> None:
+    """An order-statistic interval of a median lies inside the data's range; a basic bootstrap's
     (2 x estimate - percentiles) of this skewed sample would reach below its minimum."""
     skewed = [1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 50.0, 60.0, 70.0]
     estimate = stats.median_estimate(skewed)
-    assert estimate.value == 1.0 and estimate.coverage is None and estimate.interval is not None
-    assert 1.0 <= estimate.interval.low <= estimate.interval.high <= 70.0
-    assert estimate.interval.high > 1.0
+    assert estimate.value == 1.0 and estimate.interval == Interval(low=1.0, high=60.0)
+    assert estimate.coverage_from == "exact" and estimate.labelled_confidence
 
 
 def test_the_permutation_stays_inside_its_strata() -> None:
@@ -334,7 +364,7 @@ def test_the_position_table_counts_its_medians_cells_and_its_judged_ones() -> No
     receipt = build_receipt(LOCK, SCHEDULE, unjudged_ledger(), "clean", "passed")
     text = render_markdown(receipt)
     assert "cells)" not in text.split("### Order effects")[1].split("Test:")[0]
-    assert "| 1 | 6/6 = 1.000 [0.610, 1.000] | 10.0 [10.0, 10.0] | 9 (6 judged) |" in text
+    assert "| 1 | 6/6 = 1.000 [0.610, 1.000] | 10.0 (all 9 values equal) | 9 (6 judged) |" in text
 
 
 def test_the_scripted_provider_note_is_on_the_batch_that_used_it(seed_lock_path: Path) -> None:
@@ -349,3 +379,67 @@ def test_the_scripted_provider_note_is_on_the_batch_that_used_it(seed_lock_path:
     assert f"> {SCRIPTED_PROVIDER_NOTE}" in glm_section
     assert "| harness · task (scripted provider) |" in glm_section
     assert "(scripted provider)" not in luna_section
+
+
+# --- the task as the cluster (#35 item 2) ------------------------------------------------------
+
+
+def test_the_clustered_standard_error_of_a_task_every_harness_fails() -> None:
+    """9/12 over 4 tasks of 3 repeats, one task failed every time: clustered by task the
+    standard error is 0.25, the binomial 0.125, a design effect of 4."""
+    found = stats.task_clustered(
+        [3, 3, 3, 0], [3, 3, 3, 3], [1.0] * 9 + [0.0] * 3, "pass rate over tasks"
+    )
+    assert found.estimate.value == pytest.approx(0.75)
+    assert found.standard_error == pytest.approx(0.25)
+    assert found.independent_standard_error == pytest.approx(0.125)
+    assert found.design_effect == pytest.approx(4.0)
+    assert found.estimate.coverage == 0.807 and not found.estimate.labelled_confidence
+
+
+def failed_task_ledger() -> list[LedgerLine]:
+    """GLM: every harness fails its first task in every repeat, and Bare Pi one more cell."""
+    task = GLM.cells[0].task
+    bare = next(c for c in GLM.cells if c.harness == "bare-pi" and c.task != task)
+    return [
+        line_for(cell, outcome="fail" if cell.task == task or cell == bare else "pass")
+        for cell in GLM.cells
+    ]
+
+
+def test_the_report_gives_each_rate_and_difference_with_the_task_as_the_cluster() -> None:
+    lines = failed_task_ledger()
+    found = batch_stats(LOCK, GLM, lines, harness_pairs(LOCK.harnesses), unjudged_by_ledger(lines))
+    openpi = next(g for g in found.harnesses if g.harness == "openpi")
+    assert openpi.clustered is not None and openpi.clustered.design_effect == pytest.approx(4.5)
+    assert openpi.clustered.standard_error == pytest.approx(1 / 3)
+    paired = next(c for c in found.comparisons if (c.subject, c.baseline) == ("openpi", "bare-pi"))
+    assert sorted((t.pairs, t.subject_only, t.baseline_only) for t in paired.by_task) == [
+        (3, 0, 0),
+        (3, 0, 0),
+        (3, 1, 0),
+    ]
+    assert paired.difference_over_tasks is not None
+    assert paired.difference_over_tasks.estimate.value == pytest.approx(1 / 9)
+    text = render_markdown(build_receipt(LOCK, SCHEDULE, lines, "clean", "passed"))
+    assert "| Pi + OpenPI | 3 | 6/9 = 0.667 [0.354, 0.879] | 0.667 [" in text
+    assert "(covers 0.75 at 3 tasks, simulated) | 0.333 | 0.157 | 4.50 |" in text
+    assert "**These conclusions hold for these 3 tasks only**" in text
+    assert "Assumes: McNemar, the (task, repeat) pairs independent" in text
+    assert f"{GLM.cells[0].task}: 3, 0, 0, 0, 0" in text
+
+
+def test_pass_at_k_and_pass_hat_k() -> None:
+    assert stats.pass_at_k(5, 2, 3) == pytest.approx(1 - 1 / 10)  # 1 - C(3,3) / C(5,3)
+    assert stats.pass_hat_k(5, 4, 3) == pytest.approx(4 / 10)  # C(4,3) / C(5,3)
+    assert (stats.pass_at_k(3, 1, 3), stats.pass_hat_k(3, 2, 3)) == (1.0, 0.0)
+    assert stats.pass_at_k(2, 2, 3) is None
+    lines = failed_task_ledger()
+    found = batch_stats(LOCK, GLM, lines, harness_pairs(LOCK.harnesses), unjudged_by_ledger(lines))
+    openpi = next(g for g in found.harnesses if g.harness == "openpi")
+    assert openpi.repeated is not None
+    assert (openpi.repeated.k, openpi.repeated.tasks) == (3, 3)
+    assert openpi.repeated.pass_at_k == pytest.approx(2 / 3)
+    assert openpi.repeated.pass_hat_k == pytest.approx(2 / 3)
+    text = render_markdown(build_receipt(LOCK, SCHEDULE, lines, "clean", "passed"))
+    assert "| n clusters | pass@3 | pass^3 |" in text

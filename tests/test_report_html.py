@@ -46,7 +46,11 @@ def test_report_html_renders_in_chromium(reported: RunPaths, tmp_path: Path) -> 
     assert colours.get(TAB_GREEN, 0) > 10_000 and colours.get(TAB_ORANGE, 0) > 10_000
     assert rendered.console_errors == []
     dom = rendered.page
-    assert dom.tables[3][0][:3] == ["harness", "pass rate [95 % CI]", "median wall s [interval]"]
+    assert dom.tables[3][0][:3] == [
+        "harness",
+        "pass rate [Wilson 95 % CI]",
+        "median wall s [interval]",
+    ]
     assert "7/9 = 0.778 [0.453, 0.937]" in dom.tables[3][1]
     assert len(dom.images) == 3
     for src in dom.images:

@@ -18,7 +18,16 @@ from runner.freeze.manifest import FreezeManifest
 from runner.records.ledger import LedgerLine, Outcome
 from runner.records.schedule import Batch
 from runner.run import stats
-from runner.run.stats import Estimate, Interval, Methods, PermutationTest, Proportion
+from runner.run.simulated import order_power
+from runner.run.stats import (
+    CoverageFrom,
+    Estimate,
+    Interval,
+    Methods,
+    PermutationTest,
+    Proportion,
+    TaskClustered,
+)
 from runner.spec.lock import Harness, Lock
 
 Metric = Literal["provider_tokens", "physical_posts", "wall_seconds"]
@@ -28,7 +37,11 @@ class Comparison(FrozenModel):
     """``subject`` against ``baseline`` on one metric: ratio = subject / baseline of the totals
     over the ``clusters`` (task, repeat) clusters where both harnesses have the value (of the
     ``pairs`` where both have a cell); ``interval``: cluster bootstrap of that ratio over the same
-    clusters. Receipts written before the interval have neither count."""
+    clusters; ``coverage``: the simulated coverage of that interval at this many clusters (None:
+    not simulated, or a receipt written before it). Receipts written before the interval have
+    neither count."""
+
+    LATE_FIELDS = frozenset({"coverage", "coverage_from", "all_equal"})
 
     metric: Metric
     subject: str
@@ -40,6 +53,9 @@ class Comparison(FrozenModel):
     interval: Interval | None = None
     clusters: int | None = None
     pairs: int | None = None
+    coverage: float | None = None
+    coverage_from: CoverageFrom | None = None
+    all_equal: bool = False
 
 
 class UnjudgedTasks(FrozenModel):
@@ -65,10 +81,23 @@ class UnjudgedCells(FrozenModel):
     as_fail: Proportion
 
 
+class RepeatedPasses(FrozenModel):
+    """pass@k and pass^k with k the lock's repeats: for one harness on one task, of its judged
+    cells (indeterminate counted as not passed; None when fewer than k); for a harness, their
+    mean over its tasks that have them (``tasks``)."""
+
+    k: int
+    pass_at_k: float | None
+    pass_hat_k: float | None
+    tasks: int
+
+
 class GroupStats(FrozenModel):
     """One harness (``task`` None) or one harness on one task: pass rate over its judged cells,
     and medians per cell of wall seconds, provider tokens (over the cells that returned them)
-    and physical POSTs. ``unjudged`` None: no cell of an unjudged task (or an older receipt)."""
+    and physical POSTs. ``unjudged`` None: no cell of an unjudged task (or an older receipt).
+    ``clustered`` (a harness): its pass rate with the task as the cluster; ``repeated``: pass@k
+    and pass^k; both None in receipts written before them."""
 
     harness: str
     task: str | None
@@ -79,6 +108,8 @@ class GroupStats(FrozenModel):
     provider_tokens: Estimate
     physical_posts: Estimate
     unjudged: UnjudgedCells | None = None
+    clustered: TaskClustered | None = None
+    repeated: RepeatedPasses | None = None
 
 
 # How the pass comparison counts indeterminate cells; cells of an unjudged task are left out
@@ -100,8 +131,20 @@ class PassComparison(FrozenModel):
     p_value: float
     p_holm: float
     detectable_difference: float | None
-    # Holm's strictest step, ALPHA / the pairs compared; None in receipts written before it.
+    # The pair's own Holm step, ALPHA / (pairs compared - its rank by p); receipts written
+    # before it: Holm's strictest step, or None.
     detectable_alpha: float | None = None
+
+
+class TaskPairs(FrozenModel):
+    """One task's cells of two harnesses paired by repeat (indeterminate counted as fail)."""
+
+    task: str
+    pairs: int
+    subject_passed: int
+    baseline_passed: int
+    subject_only: int
+    baseline_only: int
 
 
 class MedianRatio(FrozenModel):
@@ -119,6 +162,10 @@ class PairedComparison(FrozenModel):
     median_ratios: tuple[MedianRatio, ...]
     # With the unjudged tasks' cells counted as passes, then as failures; () without any.
     passes_with_unjudged: tuple[PassComparison, ...] = ()
+    # Per judged task, and the pass-rate difference over tasks with the task as the cluster;
+    # () and None in receipts written before them.
+    by_task: tuple[TaskPairs, ...] = ()
+    difference_over_tasks: TaskClustered | None = None
 
 
 class PositionStats(FrozenModel):
@@ -135,7 +182,10 @@ class OrderTest(FrozenModel):
     permutes only within the strata of the other two factors (harness x task, position x task);
     ``separable`` of ``strata`` harness x task strata see more than one position. None of them:
     the schedule cannot tell position from task, and both tests are None (receipts written
-    before the strata have neither count)."""
+    before the strata have neither count). ``p_holm``: the test by position Holm-corrected
+    across the run's ``tests`` order tests (outcomes x batches), which the verdict reads;
+    ``power``: its simulated power at Holm's strictest step on this ``design`` (harnesses,
+    tasks, repeats), None when not simulated; all None in receipts written before them."""
 
     outcome: Literal["pass", "wall_seconds"]
     by_position: PermutationTest | None
@@ -143,6 +193,10 @@ class OrderTest(FrozenModel):
     verdict: str
     separable: int | None = None
     strata: int | None = None
+    p_holm: float | None = None
+    tests: int | None = None
+    design: tuple[int, int, int] | None = None
+    power: float | None = None
 
 
 class OrderEffects(FrozenModel):
@@ -216,7 +270,7 @@ def compare(pairs: tuple[tuple[str, str], ...], cells: dict[str, Cells]) -> tupl
             if not sum(baseline_values):
                 continue
             ratio = stats.cluster_bootstrap(
-                stats.ratio_of(stats.total), [subject_values, baseline_values]
+                stats.ratio_of(stats.total), [subject_values, baseline_values], "ratio of totals"
             )
             assert ratio.value is not None  # a non-zero baseline total over >= 1 cluster
             comparisons.append(
@@ -231,6 +285,9 @@ def compare(pairs: tuple[tuple[str, str], ...], cells: dict[str, Cells]) -> tupl
                     interval=ratio.interval,
                     clusters=ratio.clusters,
                     pairs=len(both),
+                    coverage=ratio.coverage,
+                    coverage_from=ratio.coverage_from,
+                    all_equal=ratio.all_equal,
                 )
             )
     return tuple(comparisons)
@@ -254,7 +311,12 @@ def unjudged_by_ledger(lines: Iterable[LedgerLine], freeze: Sha256 | None = None
 
 
 def group_stats(
-    harness: str, task: str | None, label: str, lines: list[LedgerLine], unjudged: frozenset[str]
+    harness: str,
+    task: str | None,
+    label: str,
+    lines: list[LedgerLine],
+    unjudged: frozenset[str],
+    repeats: int,
 ) -> GroupStats:
     def median_of(metric: Metric) -> Estimate:
         # One cell per (task, repeat) cluster in a harness: resampling cells is resampling clusters.
@@ -270,6 +332,41 @@ def group_stats(
         provider_tokens=median_of("provider_tokens"),
         physical_posts=median_of("physical_posts"),
         unjudged=unjudged_cells(lines, unjudged),
+        clustered=pass_rate_over_tasks(lines, unjudged) if task is None else None,
+        repeated=repeated_passes(lines, unjudged, repeats),
+    )
+
+
+def by_task(lines: Iterable[LedgerLine]) -> dict[str, list[LedgerLine]]:
+    found: dict[str, list[LedgerLine]] = {}
+    for line in lines:
+        found.setdefault(line.task, []).append(line)
+    return found
+
+
+def pass_rate_over_tasks(lines: list[LedgerLine], unjudged: frozenset[str]) -> TaskClustered:
+    """The pass rate over the judged cells with the task as the cluster."""
+    tasks = by_task(judged(lines, unjudged)).values()
+    passes = [[float(line.outcome == "pass") for line in cells] for cells in tasks]
+    return stats.task_clustered(
+        [sum(cells) for cells in passes],
+        [len(cells) for cells in passes],
+        [passed for cells in passes for passed in cells],
+        "pass rate over tasks",
+    )
+
+
+def repeated_passes(lines: list[LedgerLine], unjudged: frozenset[str], k: int) -> RepeatedPasses:
+    """pass@k and pass^k of each task's judged cells; over several tasks, their means."""
+    tasks = by_task(judged(lines, unjudged)).values()
+    counts = [(len(cells), sum(line.outcome == "pass" for line in cells)) for cells in tasks]
+    at_k = [v for n, c in counts if (v := stats.pass_at_k(n, c, k)) is not None]
+    hat_k = [v for n, c in counts if (v := stats.pass_hat_k(n, c, k)) is not None]
+    return RepeatedPasses(
+        k=k,
+        pass_at_k=sum(at_k) / len(at_k) if at_k else None,
+        pass_hat_k=sum(hat_k) / len(hat_k) if hat_k else None,
+        tasks=len(at_k),
     )
 
 
@@ -358,17 +455,20 @@ def pass_comparison(
 
 
 def with_holm(comparisons: list[PassComparison]) -> list[PassComparison]:
-    adjusted = stats.holm([comparison.p_value for comparison in comparisons])
-    alpha = stats.ALPHA / max(len(comparisons), 1)
+    """Holm's p-values, and each pair's detectable difference at its own Holm step."""
+    p_values = [comparison.p_value for comparison in comparisons]
     return [
-        comparison.model_copy(
-            update={
+        PassComparison.model_validate(
+            comparison.model_dump()
+            | {
                 "p_holm": p,
                 "detectable_difference": stats.detectable_difference(comparison.pairs, alpha),
                 "detectable_alpha": alpha,
             }
         )
-        for comparison, p in zip(comparisons, adjusted, strict=True)
+        for comparison, p, alpha in zip(
+            comparisons, stats.holm(p_values), stats.holm_alphas(p_values), strict=True
+        )
     ]
 
 
@@ -376,8 +476,46 @@ def median_ratio(metric: Metric, subject: Cells, baseline: Cells) -> MedianRatio
     paired = paired_values(subject, baseline, metric)
     return MedianRatio(
         metric=metric,
-        ratio=stats.cluster_bootstrap(stats.ratio_of(stats.median), paired),
+        ratio=stats.cluster_bootstrap(stats.ratio_of(stats.median), paired, "ratio of medians"),
         baseline_median=float(stats.median(paired[1])) if paired[1] else None,
+    )
+
+
+def task_pairs(
+    pairs: list[tuple[LedgerLine, LedgerLine]], unjudged: frozenset[str]
+) -> tuple[TaskPairs, ...]:
+    """Per judged task, the pairs' counts (indeterminate counted as fail)."""
+    found: dict[str, list[tuple[bool, bool]]] = {}
+    for s, b in pairs:
+        counted = (counted_pass(s, "as fail", unjudged), counted_pass(b, "as fail", unjudged))
+        if counted[0] is not None and counted[1] is not None:
+            found.setdefault(s.task, []).append((counted[0], counted[1]))
+    return tuple(
+        TaskPairs(
+            task=task,
+            pairs=len(passed),
+            subject_passed=sum(s for s, _ in passed),
+            baseline_passed=sum(b for _, b in passed),
+            subject_only=sum(s and not b for s, b in passed),
+            baseline_only=sum(b and not s for s, b in passed),
+        )
+        for task, passed in sorted(found.items())
+    )
+
+
+def difference_over_tasks(tasks: tuple[TaskPairs, ...]) -> TaskClustered:
+    """subject pass rate - baseline pass rate over the paired cells, the task as the cluster."""
+    return stats.task_clustered(
+        [task.subject_only - task.baseline_only for task in tasks],
+        [task.pairs for task in tasks],
+        [
+            float(difference)
+            for task in tasks
+            for difference in [1] * task.subject_only
+            + [-1] * task.baseline_only
+            + [0] * (task.pairs - task.subject_only - task.baseline_only)
+        ],
+        "paired difference over tasks",
     )
 
 
@@ -395,6 +533,7 @@ def paired_comparisons(
         if any_unjudged
         else [()] * len(pairs)
     )
+    per_task = [task_pairs(pair, unjudged) for pair in by_pair]
     return tuple(
         PairedComparison(
             subject=subject,
@@ -405,24 +544,25 @@ def paired_comparisons(
                 median_ratio(metric, cells.get(subject, {}), cells.get(baseline, {}))
                 for metric in METRICS
             ),
-            passes_with_unjudged=unjudged,
+            passes_with_unjudged=with_unjudged_tasks,
+            by_task=tasks,
+            difference_over_tasks=difference_over_tasks(tasks),
         )
-        for (subject, baseline), passes, without, unjudged in zip(
-            pairs, counted("as fail"), counted("excluded"), with_unjudged, strict=True
+        for (subject, baseline), passes, without, with_unjudged_tasks, tasks in zip(
+            pairs, counted("as fail"), counted("excluded"), with_unjudged, per_task, strict=True
         )
     )
 
 
 NOT_SEPARABLE = "cannot separate position from task for this schedule: no verdict"
 NO_ORDER_EFFECT = "no order effect detected"
+ORDER_EFFECT = "order effect detected"
 
 
-def order_verdict(by_position: PermutationTest, by_harness: PermutationTest) -> str:
-    if by_position.p_value >= stats.ALPHA:
-        return NO_ORDER_EFFECT
-    if by_position.statistic > by_harness.statistic:
-        return "ORDER EFFECT: position explains more than harness"
-    return "position effect detected, smaller than the harness effect"
+def order_verdict(p_value: float) -> str:
+    """On the test by position alone: H by harness comes from another permutation scheme, so
+    the two H are not compared."""
+    return ORDER_EFFECT if p_value < stats.ALPHA else NO_ORDER_EFFECT
 
 
 def strata_of(*factors: list[int]) -> list[tuple[int, ...]]:
@@ -457,7 +597,7 @@ def order_test(
         outcome=outcome,
         by_position=by_position,
         by_harness=by_harness,
-        verdict=order_verdict(by_position, by_harness),
+        verdict=order_verdict(by_position.p_value),
         separable=separable,
         strata=len(seen),
     )
@@ -518,7 +658,12 @@ def batch_stats(
         direction=DIRECTION,
         harnesses=tuple(
             group_stats(
-                h.id, None, h.label, [line for line in lines if line.harness == h.id], tasks
+                h.id,
+                None,
+                h.label,
+                [line for line in lines if line.harness == h.id],
+                tasks,
+                lock.repeats,
             )
             for h in lock.harnesses
         ),
@@ -529,6 +674,7 @@ def batch_stats(
                 f"{h.label} · {task}",
                 [line for line in lines if (line.harness, line.task) == (h.id, task)],
                 tasks,
+                lock.repeats,
             )
             for h in lock.harnesses
             for task in lock.tasks.ids
@@ -537,3 +683,38 @@ def batch_stats(
         order=order_effects(batch, lines, [h.id for h in lock.harnesses], tasks),
         overruled=overruled(lines),
     )
+
+
+def with_order_holm(lock: Lock, found: list[BatchStats]) -> list[BatchStats]:
+    """Every batch's stats with one Holm correction across all order tests of the run (each
+    outcome of each batch) on the test by position: ``p_holm``, the verdict it gives, and the
+    simulated power at Holm's strictest step for this design."""
+    tests = [test for batch in found for test in batch.order.tests if test.by_position]
+    adjusted = iter(stats.holm([test.by_position.p_value for test in tests if test.by_position]))
+    design = (len(lock.harnesses), len(lock.tasks.ids), lock.repeats)
+
+    def corrected(test: OrderTest) -> OrderTest:
+        if test.by_position is None:
+            return test
+        p_holm = next(adjusted)
+        return OrderTest.model_validate(
+            test.model_dump()
+            | {
+                "p_holm": p_holm,
+                "verdict": order_verdict(p_holm),
+                "tests": len(tests),
+                "design": design,
+                "power": order_power(design, test.outcome, len(tests)),
+            }
+        )
+
+    return [
+        BatchStats.model_validate(
+            batch.model_dump()
+            | {
+                "order": batch.order.model_dump()
+                | {"tests": [corrected(test).model_dump() for test in batch.order.tests]}
+            }
+        )
+        for batch in found
+    ]

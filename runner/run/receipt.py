@@ -7,10 +7,11 @@ credential scan or final verify, the run stopped early: aborted.json); else
 status is its worst batch.
 
 Each batch also carries a ``stats`` section (``runner.run.analysis`` derives it from the ledger
-lines, ``runner.run.stats`` computes every number): pass rates with Wilson intervals, medians
-with cluster-bootstrap intervals, each pair of harnesses compared once on cells paired by (task,
-repeat), and order effects by position in the block. Renderers only format it. Receipts written
-before it load with ``stats`` None.
+lines, ``runner.run.stats`` computes every number): pass rates with Wilson intervals and with the
+task as the cluster, pass@k and pass^k, medians with exact order-statistic intervals, each pair
+of harnesses compared once on cells paired by (task, repeat) and per task, and order effects by
+position in the block, Holm-corrected across the run's batches. Renderers only format it.
+Receipts written before it load with ``stats`` None.
 
 Since the evidence archive (runner.run.archive) a receipt also carries the ledger's hash chain
 (its head), every frozen identity the run directory records as a digest, and the public key of
@@ -40,6 +41,7 @@ from runner.run.analysis import (
     compare,
     harness_pairs,
     unjudged_by_ledger,
+    with_order_holm,
 )
 from runner.run.failure_summary import FailureClasses, failure_classes
 from runner.run.requests import HarnessRequests, requests_by_harness
@@ -387,6 +389,20 @@ def provider_note(model: Model) -> str | None:
     return SCRIPTED_PROVIDER_NOTE + SEEDED_STAND_IN_NOTE.format(model=model.id)
 
 
+def with_order_corrected(lock: Lock, batches: list[BatchReceipt]) -> tuple[BatchReceipt, ...]:
+    """The batches with their order tests Holm-corrected together (outcomes x batches)."""
+    found = [batch.stats for batch in batches if batch.stats is not None]
+    corrected = iter(with_order_holm(lock, found))
+    return tuple(
+        batch
+        if batch.stats is None
+        else BatchReceipt.model_validate(
+            batch.model_dump() | {"stats": next(corrected).model_dump()}
+        )
+        for batch in batches
+    )
+
+
 def build_receipt(
     lock: Lock,
     schedule: Schedule,
@@ -417,9 +433,12 @@ def build_receipt(
         for cache in caches
         if cache.contradicts
     ]
-    batches = tuple(
-        batch_receipt(lock, batch, lines, tuple(run_reasons), records or {}, unjudged)
-        for batch in schedule.batches
+    batches = with_order_corrected(
+        lock,
+        [
+            batch_receipt(lock, batch, lines, tuple(run_reasons), records or {}, unjudged)
+            for batch in schedule.batches
+        ],
     )
     status = max((batch.status for batch in batches), key=_STATUS_ORDER.index)
     reasons = tuple(dict.fromkeys(reason for batch in batches for reason in batch.reasons))

@@ -25,6 +25,8 @@ from runner.run.analysis import (
     PairedComparison,
     PassComparison,
     PositionStats,
+    RepeatedPasses,
+    TaskPairs,
     UnjudgedTasks,
     unjudged_by_freeze,
     unjudged_by_ledger,
@@ -61,7 +63,14 @@ from runner.run.receipt import (
 from runner.run.report_plots import save as save_png
 from runner.run.requests import Figure, HarnessRequests
 from runner.run.signing import OperatorKey, fingerprint_of
-from runner.run.stats import RANGE_CLUSTERS, Estimate, Interval, Methods, Proportion
+from runner.run.stats import (
+    MIN_CLUSTERS,
+    Estimate,
+    Interval,
+    Methods,
+    Proportion,
+    TaskClustered,
+)
 from runner.spec.lock import load_lock
 from runner.spec.tasks import TaskDerivation
 from runner.verify.report import VerifyReport
@@ -270,11 +279,23 @@ def describe(comparison: Comparison, labels: dict[str, str], methods: Methods) -
     clusters = f"{comparison.clusters} clusters"
     if comparison.pairs is not None and comparison.pairs > comparison.clusters:
         clusters = f"the {comparison.clusters} of {comparison.pairs} paired clusters with the value"
-    if comparison.interval is None and comparison.clusters <= RANGE_CLUSTERS:
+    if comparison.interval is None and comparison.clusters < MIN_CLUSTERS:
         return f"{text}; no interval ({clusters}: too few to bootstrap)"
+    estimate = Estimate(
+        value=comparison.ratio,
+        interval=comparison.interval,
+        clusters=comparison.clusters,
+        coverage=comparison.coverage,
+        coverage_from=comparison.coverage_from,
+        all_equal=comparison.all_equal,
+    )
+    if estimate.all_equal:
+        return f"{text}; {equal_words(estimate, 'clusters')} ({_bootstrap_words(methods)})"
     interval = fmt_interval(comparison.interval, ".2f")
+    label = _ci(methods) if estimate.labelled_confidence else "interval"
     return (
-        f"{text}; {_ci(methods)} of the ratio {interval} ({clusters}; {_bootstrap_words(methods)})"
+        f"{text}; {label} of the ratio {interval}{coverage_words(estimate, 'clusters')} "
+        f"({clusters}; {_bootstrap_words(methods)})"
     )
 
 
@@ -300,17 +321,38 @@ def fmt_pass_rate(group: GroupStats) -> str:
     return fmt_proportion(group.passes)
 
 
-def fmt_estimate_interval(estimate: Estimate, spec: str) -> str:
-    """The interval as what it is: the bootstrap's, a small sample's range with its coverage,
-    or none from too few clusters."""
-    if estimate.coverage is not None and estimate.interval is not None:
+def equal_words(estimate: Estimate, unit: str) -> str:
+    if estimate.coverage_from == "exact":
+        return f"(all {estimate.clusters} values equal)"
+    return f"(the same in all {estimate.clusters} {unit})"
+
+
+def coverage_words(estimate: Estimate, unit: str) -> str:
+    """Nothing when the interval is the 95 % CI its column says; else what it covers."""
+    if estimate.labelled_confidence:
+        return ""
+    if estimate.coverage is None:
+        return f" (coverage not simulated at {estimate.clusters} {unit})"
+    if estimate.coverage_from == "exact":
+        return f" (covers {estimate.coverage:.3f} at {estimate.clusters} values, exact)"
+    return f" (covers {estimate.coverage:.2f} at {estimate.clusters} {unit}, simulated)"
+
+
+def fmt_estimate_interval(estimate: Estimate, spec: str, unit: str = "clusters") -> str:
+    """The interval as what it is: a 95 % CI, or an interval with the coverage it has (exact,
+    or simulated at this many clusters), no width when every value is the same, or none from
+    too few clusters."""
+    older = estimate.coverage_from is None and estimate.coverage is not None
+    if older and estimate.interval is not None:  # a receipt written before the order statistics
         return (
-            f"{fmt_interval(estimate.interval, spec)}: range of {estimate.clusters}, covers the "
-            f"median with probability {estimate.coverage:.2f}"
+            f"{fmt_interval(estimate.interval, spec)}: range of {estimate.clusters}, covers "
+            f"the median with probability {estimate.coverage:.2f}"
         )
-    if estimate.interval is None and estimate.clusters <= RANGE_CLUSTERS:
-        return f"(no interval from {estimate.clusters} clusters)"
-    return fmt_interval(estimate.interval, spec)
+    if estimate.all_equal:
+        return equal_words(estimate, unit)
+    if estimate.interval is None and estimate.clusters < MIN_CLUSTERS:
+        return f"(no interval from {estimate.clusters} {unit})"
+    return fmt_interval(estimate.interval, spec) + coverage_words(estimate, unit)
 
 
 def fmt_estimate(estimate: Estimate, spec: str, cells: int) -> str:
@@ -340,14 +382,29 @@ def _ci(methods: Methods) -> str:
 
 
 def _interval_words(methods: Methods) -> str:
-    return f"[interval]: {_ci(methods)}, {_bootstrap_words(methods)}; {methods.small_samples}"
+    return (
+        f"[interval]: {_ci(methods)} unless its coverage is stated; ratios: "
+        f"{_bootstrap_words(methods)}; {methods.small_samples}"
+    )
+
+
+def fmt_repeated(repeated: RepeatedPasses | None) -> tuple[str, str]:
+    if repeated is None:
+        return (NOT_RECORDED, NOT_RECORDED)
+
+    def one(value: float | None) -> str:
+        return f"fewer than {repeated.k} cells" if value is None else f"{value:.3f}"
+
+    return (one(repeated.pass_at_k), one(repeated.pass_hat_k))
 
 
 def _uncertainty_table(title: str, groups: tuple[GroupStats, ...]) -> Table:
-    columns = ["pass rate [95 % CI]", "median wall s [interval]", "median tokens [interval]"]
-    columns += ["median physical POST [interval]", "n clusters"]
+    columns = ["pass rate [Wilson 95 % CI]", "median wall s [interval]"]
+    columns += ["median tokens [interval]", "median physical POST [interval]", "n clusters"]
+    k = next((g.repeated.k for g in groups if g.repeated is not None), None)
+    repeated = [f"pass@{k}", f"pass^{k}"] if k is not None else []
     return table(
-        [(title, L), *((column, R) for column in columns)],
+        [(title, L), *((column, R) for column in columns + repeated)],
         (
             (
                 group.label,
@@ -357,10 +414,81 @@ def _uncertainty_table(title: str, groups: tuple[GroupStats, ...]) -> Table:
                     for metric in ("wall_seconds", "provider_tokens", "physical_posts")
                 ),
                 str(group.cells),
+                *(fmt_repeated(group.repeated) if repeated else ()),
             )
             for group in groups
         ),
     )
+
+
+def fmt_error(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def fmt_task_clustered(found: TaskClustered, spec: str = ".3f") -> str:
+    estimate = found.estimate
+    if estimate.value is None:
+        return "no judged cells"
+    return f"{estimate.value:{spec}} {fmt_estimate_interval(estimate, spec, 'tasks')}"
+
+
+def clustered_cells(found: TaskClustered) -> tuple[str, ...]:
+    """The estimate with its interval over tasks, the clustered SE, the SE if the cells were
+    independent, the design effect."""
+    effect = found.design_effect
+    return (
+        fmt_task_clustered(found),
+        fmt_error(found.standard_error),
+        fmt_error(found.independent_standard_error),
+        "n/a" if effect is None else f"{effect:.2f}",
+    )
+
+
+_CLUSTER_COLUMNS = ["clustered SE", "SE if cells independent", "design effect"]
+
+
+def _task_cluster_section(stats: BatchStats) -> list[Block]:
+    """Each harness's pass rate with the task as the cluster (receipts written before it: none)."""
+    groups = [(g, g.clustered) for g in stats.harnesses if g.clustered is not None]
+    if not groups:
+        return []
+    return [
+        Paragraph(
+            (
+                "Pass rate with the task as the cluster: the cells of one task are not "
+                "independent draws (a task every harness fails fails every repeat), so beside "
+                "Wilson's interval, which assumes they are, the percentile bootstrap over tasks "
+                "(seeded as above), the cluster-robust standard error (sqrt(T / (T - 1) x "
+                "sum over tasks of (passes - rate x cells)^2) / cells), the binomial one and the "
+                "design effect (their ratio squared):",
+            )
+        ),
+        table(
+            [
+                ("harness", L),
+                ("tasks", R),
+                ("pass rate [Wilson 95 % CI]", R),
+                ("pass rate over tasks [interval]", R),
+                *((column, R) for column in _CLUSTER_COLUMNS),
+            ],
+            (
+                (
+                    group.label,
+                    str(found.estimate.clusters),
+                    fmt_pass_rate(group),
+                    *clustered_cells(found),
+                )
+                for group, found in groups
+            ),
+        ),
+        Paragraph(
+            (
+                "Assumes: Wilson, every cell an independent draw at one pass rate; the bootstrap "
+                "over tasks, the tasks independent draws from a population of tasks (its "
+                "coverage at so few tasks, simulated, is stated).",
+            )
+        ),
+    ]
 
 
 def _pass_row(pair: str, test: PassComparison) -> tuple[str, ...]:
@@ -370,6 +498,8 @@ def _pass_row(pair: str, test: PassComparison) -> tuple[str, ...]:
         if test.detectable_difference is None
         else f"{test.detectable_difference:.2f}"
     )
+    if test.detectable_alpha is not None:
+        detectable += f" (alpha {test.detectable_alpha:.3g})"
     return (
         pair,
         str(test.pairs),
@@ -419,7 +549,8 @@ def _paired_section(stats: BatchStats, labels: dict[str, str]) -> list[Block]:
     names = [f"{labels[c.subject]} vs {labels[c.baseline]}" for c in stats.comparisons]
     pairs = list(zip(names, stats.comparisons, strict=True))
     pass_columns = ["pairs", "subject pass", "baseline pass", "difference", "b: subject only"]
-    pass_columns += ["c: baseline only", "McNemar p", "Holm p", "detectable difference, at least"]
+    pass_columns += ["c: baseline only", "McNemar p", "Holm p"]
+    pass_columns += ["detectable difference at its Holm step, at least"]
     return [
         Heading(3, ("Paired comparisons",)),
         Paragraph(
@@ -433,6 +564,14 @@ def _paired_section(stats: BatchStats, labels: dict[str, str]) -> list[Block]:
             [("subject vs baseline", L), *((column, R) for column in pass_columns)],
             (_pass_row(name, c.passes) for name, c in pairs),
         ),
+        Paragraph(
+            (
+                "Assumes: McNemar, the (task, repeat) pairs independent; the repeats of a task "
+                "share it, so with few tasks its p-value is too small when tasks differ (the "
+                "difference over tasks below does not assume it).",
+            )
+        ),
+        *_by_task_section(pairs),
         Paragraph(
             (
                 "Sensitivity of the pass comparison to indeterminate cells (as fail / pairs "
@@ -453,6 +592,51 @@ def _paired_section(stats: BatchStats, labels: dict[str, str]) -> list[Block]:
     ]
 
 
+def _by_task_section(pairs: list[tuple[str, PairedComparison]]) -> list[Block]:
+    """Per task, each pair's paired counts, and the difference over tasks (receipts written
+    before them: none)."""
+    found = [(name, c) for name, c in pairs if c.difference_over_tasks is not None]
+    if not found:
+        return []
+    return [
+        Paragraph(
+            (
+                "Per task, the pairs (indeterminate counted as fail): subject passes, baseline "
+                "passes, b, c; and the pass-rate difference over tasks, the task as the cluster "
+                "(percentile bootstrap over tasks, seeded as above):",
+            )
+        ),
+        table(
+            [
+                ("subject vs baseline", L),
+                ("per task: pairs, subject, baseline, b, c", L),
+                ("difference over tasks [interval]", R),
+                *((column, R) for column in _CLUSTER_COLUMNS),
+            ],
+            (
+                (name, fmt_task_pairs(c.by_task), *clustered_cells(difference))
+                for name, c in found
+                for difference in (c.difference_over_tasks,)
+                if difference is not None
+            ),
+        ),
+        Paragraph(
+            (
+                "Assumes: the tasks independent draws from a population of tasks, the "
+                "interval's coverage at so few tasks simulated and stated.",
+            )
+        ),
+    ]
+
+
+def fmt_task_pairs(tasks: tuple[TaskPairs, ...]) -> str:
+    return "; ".join(
+        f"{t.task}: {t.pairs}, {t.subject_passed}, {t.baseline_passed}, "
+        f"{t.subject_only}, {t.baseline_only}"
+        for t in tasks
+    )
+
+
 def _order_line(test: OrderTest, methods: Methods) -> Text:
     what = "pass/fail" if test.outcome == "pass" else "wall time"
     if test.by_position is None or test.by_harness is None:
@@ -461,10 +645,44 @@ def _order_line(test: OrderTest, methods: Methods) -> Text:
         f"{what}: ",
         Strong(test.verdict),
         f" (Kruskal-Wallis H by position {test.by_position.statistic:.2f}, "
-        f"{p_is(test.by_position.p_value)}; H by harness {test.by_harness.statistic:.2f}, "
-        f"{p_is(test.by_harness.p_value)}; {_strata_words(test)}; "
-        f"{methods.permutations} permutations, seed {methods.permutation_seed})",
+        f"{p_is(test.by_position.p_value)}{_holm_words(test)}; H by harness "
+        f"{test.by_harness.statistic:.2f}, {p_is(test.by_harness.p_value)}; "
+        f"{_strata_words(test)}; {methods.permutations} permutations, seed "
+        f"{methods.permutation_seed}){_power_words(test)}",
     )
+
+
+ORDER_EFFECTS_SIMULATED = {
+    "pass": "the first position of each block passing with 0.2 instead of 0.8",
+    "wall_seconds": "the first position of each block taking 3x the wall time",
+}
+
+
+def _holm_words(test: OrderTest) -> str:
+    if test.p_holm is None:
+        return ""
+    return f", Holm {fmt_p(test.p_holm)} over the run's {test.tests} order tests"
+
+
+def _power_words(test: OrderTest) -> str:
+    """The test's simulated power against a stated effect (receipts written before it: none)."""
+    if test.design is None or test.tests is None:
+        return ""
+    harnesses, tasks, repeats = test.design
+    design = f"{harnesses} harnesses x {tasks} tasks x {repeats} repeats"
+    if test.power is None:
+        return (
+            f"; power not simulated for {design} with {test.tests} order tests "
+            "(bench/order_power.py)"
+        )
+    return (
+        f"; power {test.power:.2f} against {ORDER_EFFECTS_SIMULATED[test.outcome]} "
+        f"(simulated, {design}, at {methods_alpha(test.tests)})"
+    )
+
+
+def methods_alpha(tests: int) -> str:
+    return f"alpha 0.05 / {tests}" if tests > 1 else "alpha 0.05"
 
 
 def _strata_words(test: OrderTest) -> str:
@@ -481,7 +699,7 @@ def _order_section(stats: BatchStats) -> list[Block]:
         table(
             [
                 ("position", R),
-                ("pass rate [95 % CI]", R),
+                ("pass rate [Wilson 95 % CI]", R),
                 ("median wall s [interval]", R),
                 ("n cells", R),
             ],
@@ -497,6 +715,12 @@ def _order_section(stats: BatchStats) -> list[Block]:
         ),
         Paragraph((f"Test: {methods.order_test}.",)),
         *bullets(_order_line(test, methods) for test in stats.order.tests),
+        Paragraph(
+            (
+                "Assumes: within each harness x task stratum the positions exchangeable when "
+                "position has no effect; a verdict of none is as strong as its power.",
+            )
+        ),
     ]
 
 
@@ -520,15 +744,41 @@ def _stats_section(stats: BatchStats, labels: dict[str, str]) -> list[Block]:
         f"Medians per cell, {_interval_words(methods)}; "
         "per harness each (task, repeat) cluster holds one cell."
     )
+    k = next((g.repeated.k for g in stats.harness_tasks if g.repeated is not None), None)
+    repeated = (
+        f" pass@{k}: the unbiased estimate of the chance that at least one of {k} cells passes "
+        f"(1 - C(n - c, {k}) / C(n, {k}) over n judged cells, c passed); pass^{k}: that all "
+        f"{k} pass (C(c, {k}) / C(n, {k}), as in tau-bench); per harness the mean over tasks."
+        if k is not None
+        else ""
+    )
     return [
         Heading(3, ("Uncertainty per harness",)),
-        Paragraph((caption,)),
+        Paragraph((caption + repeated,)),
+        *_these_tasks_only(stats),
         *_overruled_line(stats),
         _uncertainty_table("harness", stats.harnesses),
+        *_task_cluster_section(stats),
         _uncertainty_table("harness · task", stats.harness_tasks),
         *_unjudged_section(stats),
         *_paired_section(stats, labels),
         *_order_section(stats),
+    ]
+
+
+def _these_tasks_only(stats: BatchStats) -> list[Block]:
+    tasks = sorted({g.task for g in stats.harness_tasks if g.task is not None})
+    if not tasks:
+        return []
+    return [
+        Paragraph(
+            (
+                Strong(f"These conclusions hold for these {len(tasks)} tasks only"),
+                f" ({', '.join(tasks)}): every interval and test below is over their cells, and "
+                "tasks are the unit a comparison generalises over; more tasks narrow it more "
+                "than more repeats of these.",
+            )
+        )
     ]
 
 

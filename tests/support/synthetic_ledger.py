@@ -55,6 +55,24 @@ def detects_position(test: OrderTest) -> bool:
     return test.verdict != NO_ORDER_EFFECT and test.by_position is not None
 
 
+def position_p_values(
+    lock: Lock, effect: Effect, seeds: range
+) -> dict[Literal["pass", "wall_seconds"], list[float]]:
+    """Per outcome, the order test's p-value by position on a synthetic ledger with ``effect``
+    for each seed, the seeds taking the lock's batches in turn (a schedule that cannot tell
+    position from task gives none)."""
+    schedule = build_schedule(lock)
+    harness_ids = [harness.id for harness in lock.harnesses]
+    found: dict[Literal["pass", "wall_seconds"], list[float]] = {"pass": [], "wall_seconds": []}
+    for seed in seeds:
+        batch = schedule.batches[seed % len(schedule.batches)]
+        lines = synthetic_ledger(batch, harness_ids, effect, seed)
+        for test in order_effects(batch, lines, harness_ids, frozenset()).tests:
+            if test.by_position is not None:
+                found[test.outcome].append(test.by_position.p_value)
+    return found
+
+
 def order_detection_rate(
     lock: Lock, effect: Effect, seeds: range
 ) -> dict[Literal["pass", "wall_seconds"], float]:
