@@ -61,22 +61,5 @@ if ! pgrep -x libvirtd >/dev/null; then
 fi
 for _ in $(seq 1 50); do virsh -c qemu:///system version >/dev/null 2>&1 && break; sleep 0.2; done
 
-# The project lives in a venv of its own, made from Debian's Python (its system site is
-# externally managed, PEP 668): <repo>/.venv. The scripts put .venv/bin first on PATH, so runner,
-# pyinfra, ansible-playbook and python3 are the venv's; by hand: `. .venv/bin/activate`.
-# libvirt-python builds from source (python3-dev, build-essential, libvirt-dev, pkg-config).
-# A complete venv is reused; the project is reinstalled when pyproject.toml or the checkout's
-# path changed (the stamp), or when the venv's runner does not start.
-venv=$PWD/.venv
-stamp="$venv/.frozen-bench-installed"
-want="$(sha256sum pyproject.toml | cut -d' ' -f1) $PWD"
-if ! "$venv/bin/python" -c 'import pip' >/dev/null 2>&1; then
-  rm -rf "$venv"
-  /usr/bin/python3 -m venv "$venv"
-fi
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] \
-    || ! env -u PYTHONPATH "$venv/bin/runner" --help >/dev/null 2>&1; then
-  rm -f "$stamp"
-  env -u PYTHONPATH "$venv/bin/python" -m pip install -q -e '.[dev]'
-  echo "$want" > "$stamp"
-fi
+# The project's venv, installed from the host lock (scripts/install-venv.sh; it needs no root).
+bash scripts/install-venv.sh

@@ -12,12 +12,14 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import shutil
 import socket
 import subprocess
 import tarfile
 from collections.abc import Callable, Iterator
 from functools import partial
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,8 @@ from runner.freeze.manifest import OracleScore
 from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
 from runner.run import archive as archive_module
+from runner.run import check_archive as check_archive_module
+from runner.run import stats
 from runner.run.archive import (
     DEFAULT_SIZE_LIMIT,
     ArchiveManifest,
@@ -40,8 +44,10 @@ from runner.run.archive import (
 )
 from runner.run.check_archive import ArchiveBroken, check_archive, check_signatures
 from runner.run.execute import ExecuteOptions, execute
+from runner.run.judge import running_versions
 from runner.run.report import write_report
 from runner.run.signing import PublicKey
+from runner.run.stats import Interval, Proportion
 from runner.verify.report import VerifyReport
 from tests.support.archive_readers import intact
 from tests.support.fake_lab import FakeLab
@@ -724,3 +730,72 @@ def test_a_kept_freeze_manifest_must_be_the_one_the_final_verify_audited(
         write_report(paths.run_dir)
 
     assert "freeze.json: its sha256 is sha256:" in broken(rearchived(finished_run, tmp_path, forge))
+
+
+def under_other_scipy(monkeypatch: pytest.MonkeyPatch) -> str:
+    """check-archive runs under a scipy the receipt's judge does not name; the receipt's."""
+    running = {**running_versions(), "scipy": "0.0.1"}
+    monkeypatch.setattr(check_archive_module, "running_versions", lambda: running)
+    return metadata.version("scipy")
+
+
+def other_intervals(monkeypatch: pytest.MonkeyPatch, extra_passes: int = 0) -> None:
+    """Pass-rate intervals as another scipy might compute them; ``extra_passes``: a count no
+    version changes, changed too."""
+    real = stats.wilson
+
+    def wilson(successes: int, n: int) -> Proportion:
+        found = real(successes, n)
+        if found.interval is None:
+            return found
+        narrower = Interval(low=found.interval.low, high=found.interval.high * 0.9)
+        return Proportion(
+            successes=successes + extra_passes, n=n, rate=found.rate, interval=narrower
+        )
+
+    monkeypatch.setattr(stats, "wilson", wilson)
+
+
+def test_under_other_versions_the_differing_report_lines_are_named(
+    archive: Path, finished_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    receipt_scipy = under_other_scipy(monkeypatch)
+    said = f"recomputed under other versions: scipy 0.0.1 (receipt {receipt_scipy}); "
+    assert intact(archive).lines(False)[0] == said + "report.md recomputes the same"
+    other_intervals(monkeypatch)
+    verdict = intact(archive)
+    assert verdict.other_versions is not None
+    differing = verdict.other_versions.report_lines
+    first, last = verdict.lines(False)
+    named = ", ".join(str(number) for number in differing[:10])
+    assert first.startswith(f"{said}report.md lines {named} and {len(differing) - 10} more differ")
+    assert last.startswith("archive intact: ")
+    report = RunPaths(finished_run).report_md.read_text().splitlines()
+    # Each names a pass rate's interval ("3/4 = 0.750 [0.301, 0.954]").
+    assert all(re.search(r"\d+/\d+ = [\d.]+ \[", report[n - 1]) for n in differing), differing
+
+
+def test_a_report_that_differs_under_the_same_versions_is_broken(
+    archive: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other_intervals(monkeypatch)
+    assert broken(archive) == "receipt.json: batches does not recompute from the run's files"
+
+
+def test_other_versions_excuse_no_changed_count(
+    archive: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    under_other_scipy(monkeypatch)
+    other_intervals(monkeypatch, extra_passes=1)
+    assert broken(archive) == "receipt.json: batches does not recompute from the run's files"
+
+
+def test_other_versions_excuse_no_edit_outside_the_statistics(
+    finished_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def edit(paths: RunPaths) -> None:
+        paths.report_md.write_text(paths.report_md.read_text().replace("completed", "complete"))
+
+    forged = rearchived(finished_run, tmp_path, edit)
+    under_other_scipy(monkeypatch)
+    assert broken(forged) == "report.md: its tables do not recompute from the ledger"

@@ -22,6 +22,8 @@ from runner.cli.status import status_command
 from runner.cli.teardown import teardown_command
 from runner.cli.verify import verify_command
 from runner.core.errors import RunnerError, terminal_safe
+from runner.core.host_lock import HOST_LOCK, UNLOCKED_HOST_ENV, host_difference, unlocked_host
+from runner.core.roots import REPO_ROOT
 from runner.core.signals import take_sigterm
 
 
@@ -54,10 +56,37 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise Terminated
 
 
+# The venv differs from the host lock: the judge is not the one the lock froze.
+UNLOCKED_HOST_EXIT = 3
+
+
+def check_host_lock() -> None:
+    """Refuse, in one line naming the package, a venv that differs from the host lock, unless
+    the operator sets FROZEN_BENCH_UNLOCKED_HOST=1 (then said on stderr, and in the receipt)."""
+    difference = host_difference()
+    if difference is None:
+        return
+    lock = HOST_LOCK.relative_to(REPO_ROOT)
+    if unlocked_host():
+        click.echo(
+            f"runner: {UNLOCKED_HOST_ENV}=1: host venv differs from {lock}: {difference} "
+            "(the receipt records it)",
+            err=True,
+        )
+        return
+    click.echo(
+        f"runner: host venv differs from {lock}: {difference} (bash scripts/setup-host.sh "
+        f"installs the lock; {UNLOCKED_HOST_ENV}=1 runs on it anyway, recorded in the receipt)",
+        err=True,
+    )
+    sys.exit(UNLOCKED_HOST_EXIT)
+
+
 def main() -> None:
     # Even when started with SIGTERM ignored (runner/core/signals.py): a run in CI once went on
     # for two more cells after its SIGTERM.
     take_sigterm(_raise_terminated)
+    check_host_lock()
     try:
         cli.main(standalone_mode=False)
     except RunnerError as error:

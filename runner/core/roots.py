@@ -13,17 +13,13 @@ from pathlib import Path
 CACHE_ENV = "FROZEN_BENCH_CACHE"
 
 
-def _repository_root() -> Path:
-    """The checkout this package runs from; for an installed wheel, the working directory.
-
-    A lock's relative paths (tasks, ``file:`` packages) and the default cache are relative to
-    the repository, so a wheel-installed ``runner`` is run from the repository it acts on.
-    """
-    source_tree = Path(__file__).resolve().parents[2]
-    return source_tree if (source_tree / "pyproject.toml").is_file() else Path.cwd()
-
-
-REPO_ROOT = _repository_root()
+_SOURCE_TREE = Path(__file__).resolve().parents[2]
+# The package runs from a checkout (an editable install, PYTHONPATH), not an installed wheel.
+FROM_CHECKOUT = (_SOURCE_TREE / "pyproject.toml").is_file()
+# The checkout this package runs from; for an installed wheel, the working directory. A lock's
+# relative paths (tasks, ``file:`` packages) and the default cache are relative to the
+# repository, so a wheel-installed ``runner`` is run from the repository it acts on.
+REPO_ROOT = _SOURCE_TREE if FROM_CHECKOUT else Path.cwd()
 
 
 def cache_root() -> Path:

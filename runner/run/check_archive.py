@@ -19,6 +19,11 @@ The links, checked in this order; the first that does not hold is the verdict:
 7. every outcome agrees with its own trial's evidence, read as the cell runner read it
    (runner.cells.classify);
 8. the receipt, its status included, and the report's tables recompute from the run's files.
+   When the receipt's judge names other versions of Python, scipy or numpy than the check runs
+   under, the statistics they compute (each batch's ``stats`` and ``comparisons``) may differ
+   in their numbers and words alone: every count, key and length must still recompute, the
+   rest of the receipt must recompute exactly, and report.md must be the rendering of the
+   receipt's own statistics; the verdict names the versions and report.md's lines that differ.
 
 A verifier_setup verdict is re-judged from the trial and the cell's own lines of the mirror log
 (mirror/<cell>.jsonl); an unjudged one from the freeze manifest the run kept (freeze.json,
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
 
 from runner.cells.accounting import agent_cgroup_in
@@ -63,7 +69,8 @@ from runner.run.archive import (
     read_manifest,
     unpack,
 )
-from runner.run.receipt import Receipt, Status
+from runner.run.judge import Judge, running_versions
+from runner.run.receipt import BatchReceipt, Receipt, Status
 from runner.run.report import load_run, markdown, report_blocks
 from runner.run.signing import PublicKey, verify
 
@@ -84,6 +91,32 @@ class ArchiveBroken(RunnerError):
     """A link of the archive's evidence does not hold."""
 
 
+# A batch's fields that scipy and numpy compute (runner.run.analysis): what other versions of
+# them may change.
+COMPUTED_FIELDS = ("stats", "comparisons")
+SHOWN_LINES = 10  # of report.md's differing lines, the numbers the verdict names
+
+
+@dataclass(frozen=True)
+class OtherVersions:
+    """The report recomputed under other versions than the receipt's judge names."""
+
+    versions: tuple[str, ...]  # e.g. "scipy 1.16.1 (receipt 1.15.3)"
+    report_lines: tuple[int, ...]  # report.md's lines the running versions render otherwise
+
+    @property
+    def line(self) -> str:
+        numbers = ", ".join(str(n) for n in self.report_lines[:SHOWN_LINES])
+        hidden = len(self.report_lines) - SHOWN_LINES
+        more = f" and {hidden} more" if hidden > 0 else ""
+        differ = (
+            f"report.md lines {numbers}{more} differ (statistics rendered from the receipt)"
+            if self.report_lines
+            else "report.md recomputes the same"
+        )
+        return f"recomputed under other versions: {', '.join(self.versions)}; {differ}"
+
+
 @dataclass(frozen=True)
 class Verdict:
     run: str
@@ -95,6 +128,7 @@ class Verdict:
     # (cell, why) for each outcome the check could not re-judge from its trial's evidence.
     not_rejudged: tuple[tuple[str, str], ...] = ()
     pinned: bool = True  # False: the signer is the archive's own key, trusted as asked
+    other_versions: OtherVersions | None = None
 
     def lines(self, accept_not_rejudged: bool) -> list[str]:
         """What check-archive prints: each outcome not re-judged, then the verdict line. An
@@ -108,7 +142,8 @@ class Verdict:
             )
         else:
             verdict = "archive intact: "
-        return [*named, verdict + self._facts(accept_not_rejudged)]
+        versions = [self.other_versions.line] if self.other_versions else []
+        return [*named, *versions, verdict + self._facts(accept_not_rejudged)]
 
     def _facts(self, accepted: bool) -> str:
         unjudged = len(self.not_rejudged)
@@ -153,7 +188,7 @@ def _checked(archive: Path, pinned_key: PublicKey | None) -> Verdict:
             why = unjudgeable(line, manifest, freeze)
             if why is not None:
                 not_rejudged.append((line.cell_id, why))
-        check_recomputed(paths, receipt, manifest.signed_by)
+        other_versions = check_recomputed(paths, receipt, manifest.signed_by)
         return Verdict(
             run=manifest.run,
             cells=len(lines),
@@ -163,6 +198,7 @@ def _checked(archive: Path, pinned_key: PublicKey | None) -> Verdict:
             pinned=pinned_key is not None,
             digest_only=sum(not entry.kept for entry in manifest.files),
             not_rejudged=tuple(not_rejudged),
+            other_versions=other_versions,
         )
 
 
@@ -387,21 +423,87 @@ def _failure_kept(paths: RunPaths, line: LedgerLine) -> bool:
     return any(r.attempt == line.attempt and r.failure is not None for r in records)
 
 
-def check_recomputed(paths: RunPaths, receipt: Receipt, public_key: str) -> None:
-    recomputed = load_run(paths, signed_by=public_key)
+def check_recomputed(paths: RunPaths, receipt: Receipt, public_key: str) -> OtherVersions | None:
+    """The receipt and report.md recompute; under other versions than the receipt's judge
+    names, up to what those compute (the module's link 8)."""
+    judge = receipt.identities.judge
+    recomputed = load_run(paths, signed_by=public_key, judge=judge)
     if recomputed.status != receipt.status:
         reasons = "; ".join(recomputed.reasons) or "no reason to fail"
         raise ArchiveBroken(
             f"receipt.json: status {receipt.status}, the evidence gives {recomputed.status} "
             f"({reasons})"
         )
+    versions = other_versions(judge)
+    as_signed = with_signed_statistics(recomputed, receipt) if versions else recomputed
     signed = receipt.model_dump(mode="json", by_alias=True)
-    derived = recomputed.model_dump(mode="json", by_alias=True)
+    derived = as_signed.model_dump(mode="json", by_alias=True)
     differing = sorted(
         key for key in signed.keys() | derived.keys() if signed.get(key) != derived.get(key)
     )
     if differing:
         raise ArchiveBroken(f"receipt.json: {differing[0]} does not recompute from the run's files")
     # Rendered from the recomputed receipt: its dicts keep the lock's order, as the report did.
-    if markdown(report_blocks(paths, recomputed)) != paths.report_md.read_text():
+    report = paths.report_md.read_text()
+    if markdown(report_blocks(paths, as_signed)) != report:
         raise ArchiveBroken("report.md: its tables do not recompute from the ledger")
+    if not versions:
+        return None
+    fresh = markdown(report_blocks(paths, recomputed)).splitlines()
+    lines = zip_longest(report.splitlines(), fresh)
+    return OtherVersions(versions, tuple(n for n, (a, b) in enumerate(lines, 1) if a != b))
+
+
+def other_versions(judge: Judge | None) -> tuple[str, ...]:
+    """Each version the statistics depend on that differs here from the receipt's judge, as
+    "scipy 1.16.1 (receipt 1.15.3)"; none for a receipt written before it named its judge."""
+    if judge is None:
+        return ()
+    running = running_versions()
+    return tuple(
+        f"{name} {running[name]} (receipt {version})"
+        for name, version in judge.computing_versions().items()
+        if running[name] != version
+    )
+
+
+def with_signed_statistics(recomputed: Receipt, signed: Receipt) -> Receipt:
+    """``recomputed`` with the numbers and words of each batch's computed fields as ``signed``
+    has them, when the two differ in nothing else; else ``recomputed`` as it is (and the
+    comparison with the signed receipt names what differs)."""
+    if len(recomputed.batches) != len(signed.batches):
+        return recomputed
+    batches = []
+    for mine, theirs in zip(recomputed.batches, signed.batches, strict=True):
+        derived = mine.model_dump(mode="json", by_alias=True)
+        kept = theirs.model_dump(mode="json", by_alias=True)
+        try:
+            derived.update({f: signed_leaves(kept[f], derived[f]) for f in COMPUTED_FIELDS})
+        except NotAlike:
+            return recomputed
+        batches.append(BatchReceipt.model_validate(derived))
+    return recomputed.model_copy(update={"batches": tuple(batches)})
+
+
+class NotAlike(Exception):
+    """Two computed fields differ in more than what other versions compute."""
+
+
+def signed_leaves(signed: object, derived: object) -> object:
+    """``derived`` with ``signed``'s numbers (floats) and words (a verdict that follows a
+    p-value), its dicts in their order (the report's order; a receipt read back has its keys
+    sorted). ``NotAlike`` unless both have the same shape (keys, lengths, None or not), counts
+    (ints) and flags."""
+    if isinstance(signed, dict) and isinstance(derived, dict):
+        if signed.keys() != derived.keys():
+            raise NotAlike
+        return {key: signed_leaves(signed[key], value) for key, value in derived.items()}
+    if isinstance(signed, list) and isinstance(derived, list):
+        if len(signed) != len(derived):
+            raise NotAlike
+        return [signed_leaves(*pair) for pair in zip(signed, derived, strict=True)]
+    if type(signed) is type(derived) and isinstance(signed, float | str):
+        return signed
+    if signed != derived:
+        raise NotAlike
+    return derived

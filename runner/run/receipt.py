@@ -44,6 +44,7 @@ from runner.run.analysis import (
     with_order_holm,
 )
 from runner.run.failure_summary import FailureClasses, failure_classes
+from runner.run.judge import Judge
 from runner.run.requests import HarnessRequests, requests_by_harness
 from runner.spec.lock import DEFAULT_COMPILED_CACHE, CompiledCache, Lock, Model, Placement
 
@@ -129,6 +130,8 @@ class BatchReceipt(FrozenModel):
 
 
 class Identities(FrozenModel):
+    LATE_FIELDS = frozenset({"judge"})
+
     lock_name: str
     lock_fingerprint: str
     schedule_sha256: str
@@ -139,6 +142,8 @@ class Identities(FrozenModel):
     task_revision: str | None
     # The run's scripted-provider note, in receipts written before each batch carried its own.
     provider_note: str | None = None
+    # The runner and the host venv that wrote the receipt; None in receipts written before it.
+    judge: Judge | None = None
 
 
 class FrozenDigests(FrozenModel):
@@ -361,7 +366,7 @@ def batch_receipt(
     )
 
 
-def identities(lock: Lock, schedule: Schedule) -> Identities:
+def identities(lock: Lock, schedule: Schedule, judge: Judge | None = None) -> Identities:
     return Identities(
         lock_name=lock.name,
         lock_fingerprint=lock.fingerprint,
@@ -376,6 +381,7 @@ def identities(lock: Lock, schedule: Schedule) -> Identities:
         },
         task_source=lock.tasks.git or f"local:{lock.tasks.path}",
         task_revision=lock.tasks.commit,
+        judge=judge,
     )
 
 
@@ -413,10 +419,12 @@ def build_receipt(
     records: Mapping[str, ProxyCellCounts] | None = None,
     evidence_reasons: tuple[str, ...] = (),
     unjudged: UnjudgedTasks | None = None,
+    judge: Judge | None = None,
 ) -> Receipt:
     """``records``: the proxy records of the cells, by cell id (a cell without one: none).
     ``evidence_reasons``: what else contradicts the run's evidence (a broken ledger chain).
-    ``unjudged``: the tasks the run's freeze.json cannot judge; None: named by the ledger."""
+    ``unjudged``: the tasks the run's freeze.json cannot judge; None: named by the ledger.
+    ``judge``: the runner and host venv the receipt is written under (None: not named)."""
     unjudged = unjudged or unjudged_by_ledger(lines)
     run_reasons = [aborted.reason] if aborted else []
     run_reasons += evidence_reasons
@@ -445,7 +453,7 @@ def build_receipt(
     return Receipt(
         status=status,
         reasons=reasons,
-        identities=identities(lock, schedule),
+        identities=identities(lock, schedule, judge),
         credential_scan=credential_scan,
         final_verify=final_verify,
         batches=batches,

@@ -51,6 +51,7 @@ from runner.run.egress_summary import CellEgress, egress_section, refused_egress
 from runner.run.failure_summary import render_failure_classes
 from runner.run.html_report import write_html
 from runner.run.identities import frozen_digests
+from runner.run.judge import Judge, running_judge
 from runner.run.receipt import (
     BatchReceipt,
     EvidenceState,
@@ -125,8 +126,10 @@ def verify_state(paths: RunPaths, schedule: Schedule) -> EvidenceState:
     return "passed" if passed else "failed"
 
 
-def load_run(paths: RunPaths, signed_by: str | None = None) -> Receipt:
-    """The receipt the run's files prove; ``signed_by``: the public key that will sign it."""
+def load_run(paths: RunPaths, signed_by: str | None = None, judge: Judge | None = None) -> Receipt:
+    """The receipt the run's files prove; ``signed_by``: the public key that will sign it;
+    ``judge``: the runner and host venv that judge it (a check of a signed receipt passes the
+    one the receipt names: it is no file of the run's)."""
     if not paths.run_dir.is_dir():
         raise InputError(f"{paths.run_dir}: no such run directory")
     lock = load_lock(paths.lock)
@@ -156,6 +159,7 @@ def load_run(paths: RunPaths, signed_by: str | None = None) -> Receipt:
         + leak_reasons(paths)
         + unaudited_freeze(freeze, frozen.freeze_manifest_sha256),
         unjudged=unjudged_tasks(freeze, lines),
+        judge=judge,
     )
     evidence = {"ledger_chain": chain, "frozen": frozen, "signed_by": signed_by}
     return with_reference_versions(receipt.model_copy(update=evidence), lock.reference_versions)
@@ -201,7 +205,7 @@ def proxy_records(paths: RunPaths, lines: list[LedgerLine]) -> dict[str, ProxyCe
 def write_report(run_dir: Path) -> Receipt:
     paths = RunPaths(run_dir)
     key = OperatorKey.default()
-    receipt = load_run(paths, signed_by=key.public)
+    receipt = load_run(paths, signed_by=key.public, judge=running_judge())
     blocks = report_blocks(paths, receipt)
     write_model(paths.receipt, receipt)
     write_atomic(paths.receipt_signature, key.sign(paths.receipt.read_bytes()))
@@ -991,9 +995,24 @@ def _identity_table(receipt: Receipt) -> Table:
             (f"harness {cache.harness} compiled cache", cache.line)
             for cache in receipt.compiled_caches or ()
         ),
+        *_judge_rows(receipt.identities.judge),
         *_evidence_rows(receipt),
     ]
     return table([("frozen identity", L), ("value", L)], rows)
+
+
+def _judge_rows(judge: Judge | None) -> list[tuple[str, str]]:
+    """The runner and host venv that wrote the receipt; none in receipts written before it."""
+    if judge is None:
+        return []
+    rows: list[tuple[str, str]] = [
+        ("runner", Code(judge.runner)),
+        ("host lock sha256", Code(judge.host_lock_sha256 or "no host lock")),
+        *judge.computing_versions().items(),
+    ]
+    if judge.unlocked_host:
+        rows.append(("host venv UNLOCKED", judge.unlocked_host))
+    return rows
 
 
 def _evidence_rows(receipt: Receipt) -> list[tuple[str, str]]:
