@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from runner.artifacts.recording import carried_records, merge_recorded, read_record
-from runner.artifacts.task_builds import RecordingSources, recording_mirror
+from runner.artifacts.task_builds import Recorded, RecordingSources, recording_mirror
 from runner.cache.paths import CachePaths
 from runner.cache.store import ArtifactStore
 from runner.core.files import read_model, write_model
@@ -278,3 +278,16 @@ def test_a_recording_replaces_a_tasks_build_and_trial_and_a_fresh_resolution_kee
         ("trial-python", ("a",)),
         ("trial-deb", ("a",)),
     ]
+
+
+def test_a_recordings_line_counts_archive_files_apart_from_python_files() -> None:
+    recorded = Recorded(
+        (
+            artifact("build-deb", "1", ("a",)),
+            artifact("build-python", "2", ("a",)),
+            artifact("build-debian-file", "3", ("a",)),
+            artifact("build-debian-file", "4", ("a",)),
+        ),
+        (),
+    )
+    assert recorded.summary() == "1 debs and 1 Python files, 2 Debian archive files (0.0 MB)"

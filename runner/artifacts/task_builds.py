@@ -53,10 +53,12 @@ class Recorded:
 
     def summary(self) -> str:
         debs = sum(artifact.kind.endswith("-deb") for artifact in self.served)
-        python = len(self.served) - debs
+        python = sum(artifact.kind.endswith("-python") for artifact in self.served)
+        archive = len(self.served) - debs - python  # *-debian-file: taken by archive path
         size = sum(artifact.size for artifact in self.served) / 1e6
+        by_path = f", {archive} Debian archive files" if archive else ""
         refused = f"; {len(self.failed)} fetches refused" if self.failed else ""
-        return f"{debs} debs and {python} Python files ({size:.1f} MB){refused}"
+        return f"{debs} debs and {python} Python files{by_path} ({size:.1f} MB){refused}"
 
 
 @dataclass(frozen=True)
