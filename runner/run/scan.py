@@ -126,6 +126,7 @@ ENCODING_DEPTH = 2
 # The forms whose decoded bytes may be a container (base64 of a gzip): opened as a file is.
 _BINARY_FORMS = frozenset({"base64", "hex", "hex dump"})
 _VIEWS_APART = b"\x00\n"
+_DOTS = re.compile(rb"[.~]")
 # Bytes of text a secret's longest form takes per byte of it: a \u escape (6) of base64 (4/3).
 _LONGEST_FORM = 8
 
@@ -215,12 +216,19 @@ class Searcher:
         for needle, kind in self.needles:
             raw = raw.replace(needle, f"<{kind}>".encode())
         raw = SPLIT_BEARER_SHAPE.sub(b"<bearer>", raw)
-        for run in encoded_runs(raw):  # a secret encoded is shown no more than itself
-            for form, view in run_views(run):
-                if self.kinds_in(view, level=1):
-                    raw = raw.replace(run, f"<{form}>".encode())
-                    break
+        # A secret encoded is shown no more than itself: the part of a stretch up to a dot (a
+        # name's extension stays) or, for a secret across a dot (a URL's escapes), the stretch.
+        for run in encoded_runs(raw):
+            hidden = [(part, form) for part in _DOTS.split(run) if (form := self._encoding(part))]
+            if not hidden and (form := self._encoding(run)):
+                hidden = [(run, form)]
+            for part, form in hidden:
+                raw = raw.replace(part, f"<{form}>".encode())
         return raw.decode(errors="surrogateescape"), kinds
+
+    def _encoding(self, text: bytes) -> str | None:
+        """The form in which ``text`` encodes a secret, if it does."""
+        return next((form for form, view in run_views(text) if self.kinds_in(view, 1)), None)
 
 
 # A layer's bytes are searched in windows of at least this much (a tar's reader reads 10 KiB at
