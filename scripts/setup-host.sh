@@ -10,6 +10,8 @@ apt_packages=(
   qemu-system-arm qemu-system-x86 qemu-efi-aarch64 qemu-utils
   mmdebstrap arch-test qemu-user-static binfmt-support e2fsprogs
   openssh-client git sqlite3 tini socat cpio
+  # the credential scan's tests build their evasive files with a guest's own tools (hexdump)
+  xxd bsdextrautils zip
   ripgrep fd-find
   skopeo docker-registry strace
   chromium-headless-shell

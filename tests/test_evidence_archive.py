@@ -582,11 +582,22 @@ def gzip_with_trailing_junk(data: bytes) -> bytes:
     return gzip.compress(data, mtime=0) + b"J"  # not a zero: gzip allows zero padding
 
 
-@pytest.mark.parametrize(
-    "damaged", [truncated_gzip, gzip_with_trailing_junk], ids=["truncated", "trailing-junk"]
-)
+# What each damage gives first: a truncated stream cut the bearer off; junk after a whole
+# stream leaves it readable (zcat shows it, and so does the scan), the junk a finding besides.
+DAMAGES = {
+    "truncated": (truncated_gzip, "", "{} cannot be read to its end"),
+    "trailing-junk": (gzip_with_trailing_junk, "a bearer-shaped string in ", "{} (inside gzip)"),
+}
+
+
+@pytest.mark.parametrize("damaged, what, first", DAMAGES.values(), ids=DAMAGES)
 def test_a_compressed_file_the_scan_cannot_read_to_its_end_is_a_finding(
-    archive: Path, finished_run: Path, tmp_path: Path, damaged: Callable[[bytes], bytes]
+    archive: Path,
+    finished_run: Path,
+    tmp_path: Path,
+    damaged: Callable[[bytes], bytes],
+    what: str,
+    first: str,
 ) -> None:
     """What the scan could not read may hold a bearer (zcat shows it): archiving it is refused,
     and an archive carrying it is broken, the file named."""
@@ -598,7 +609,8 @@ def test_a_compressed_file_the_scan_cannot_read_to_its_end_is_a_finding(
     done = runner_cli("archive", str(copy), "--out", str(out))
     assert done.returncode == 1 and not out.exists()
     assert "archive refused: the credential scan found " in done.stderr
-    assert "/trial-1/agent.log.gz cannot be read to its end" in done.stderr
+    assert f"found {what}run/trials/" in done.stderr
+    assert first.format("/trial-1/agent.log.gz") in done.stderr
 
     def plant(paths: RunPaths) -> None:  # over a member, at its size: unpacked, then scanned
         size = paths.ledger.stat().st_size
@@ -606,7 +618,7 @@ def test_a_compressed_file_the_scan_cannot_read_to_its_end_is_a_finding(
         paths.ledger.write_bytes(payload + b"J" * (size - len(payload)))
 
     message = broken(repacked(archive, tmp_path, plant))
-    assert message.startswith("credential scan: run/cells.jsonl cannot be read to its end")
+    assert message.startswith(f"credential scan: {what}" + first.format("run/cells.jsonl"))
 
 
 def with_extra_member(archive: Path, out: Path, name: str, data: bytes, first: bool) -> Path:

@@ -32,7 +32,7 @@ from runner.run.guest_scan import (
     scan_disk,
     unreadable,
 )
-from runner.run.scan import Leak, ScanFailure, ScanReport, SecretKind, scan_run
+from runner.run.scan import Findings, Leak, ScanFailure, ScanReport, SecretKind, scan_run
 from tests.support.fake_lab import FakeLab
 from tests.support.fake_transport import FakeTransport, trial_tree
 
@@ -81,7 +81,7 @@ def test_only_what_changed_since_the_freeze_is_scanned_and_a_leak_is_named_by_it
     assert sorted(findings.leaks, key=lambda leak: (leak.file, leak.kind)) == [
         Leak(file="guest:/etc/touched.conf", kind="provider_key"),
         Leak(file="guest:/root/.bash_history", kind="bearer"),
-        Leak(file="guest:/root/session.gz", kind="provider_key", inside="1f8b"),
+        Leak(file="guest:/root/session.gz", kind="provider_key", inside="gzip"),
     ]
     assert findings.failures == ()
     # The changed file, the two new ones and the excluded journal (the freeze did not record
@@ -104,11 +104,11 @@ def test_each_attempts_findings_are_named_with_cell_and_attempt(tmp_path: Path) 
         paths.guest_scan("cell-a", 2),
         paths.guest_scan("cell-b", 1),
     ]
-    leaks, failures = guest_findings(paths)
-    assert leaks == (
+    found = guest_findings(paths)
+    assert found.leaks == (
         Leak(file="guest:/root/.bash_history (cell cell-a, attempt 1)", kind="bearer"),
     )
-    assert failures == (
+    assert found.failures == (
         ScanFailure(file="guest:/ (cell cell-b, attempt 1)", error="fusermount: no such device"),
     )
 
@@ -121,11 +121,11 @@ def test_the_guests_findings_make_the_runs_scan_unclean(tmp_path: Path) -> None:
     assert scan_run(paths, secrets).clean
 
     leak = Leak(file="guest:/root/x (cell c, attempt 1)", kind="provider_key")
-    report = scan_run(paths, secrets, found_elsewhere=((leak,), ()))
+    report = scan_run(paths, secrets, found_elsewhere=Findings(leaks=(leak,)))
     assert not report.clean and report.leaks == (leak,)
     assert read_model(paths.scan, ScanReport) == report
     failure = ScanFailure(file="guest:/ (cell c, attempt 1)", error="not mounted")
-    failed = scan_run(paths, secrets, found_elsewhere=((), (failure,)))
+    failed = scan_run(paths, secrets, found_elsewhere=Findings(failures=(failure,)))
     assert not failed.clean and failed.failures == (failure,) and failed.leaks == ()
 
 

@@ -16,11 +16,11 @@ is scanned by the run that resumes it, before that run's first reset.
 from __future__ import annotations
 
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from typing import Literal
+from typing import ClassVar, Literal, TypeVar
 
 from pydantic import Field
 
@@ -29,7 +29,15 @@ from runner.core.models import FrozenModel, Sha256
 from runner.freeze.inventory import DiskInventory, walk
 from runner.records.ledger import AttemptRecord, Ledger
 from runner.records.paths import RunPaths
-from runner.run.scan import FileScan, Leak, ScanFailure, Searcher, SecretKind
+from runner.run.scan import (
+    FileScan,
+    Findings,
+    Leak,
+    ScanFailure,
+    SearchedAsBytes,
+    Searcher,
+    SecretKind,
+)
 
 GUEST_PREFIX = "guest:"
 # Where a cell's own bearer is on the guest's disk by design: Harbor hands it to the agent as
@@ -56,6 +64,9 @@ class GuestScan(FrozenModel):
     failures: tuple[ScanFailure, ...]
     # Bearers found where they are by design (BEARER_EXPECTED_IN): named, not leaks.
     expected_bearers: tuple[str, ...] = ()
+    searched_as_bytes: tuple[SearchedAsBytes, ...] = ()
+
+    LATE_FIELDS: ClassVar[frozenset[str]] = frozenset({"searched_as_bytes"})
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,7 @@ class DiskFindings:
     leaks: tuple[Leak, ...]
     failures: tuple[ScanFailure, ...]
     expected_bearers: tuple[str, ...] = ()
+    searched_as_bytes: tuple[SearchedAsBytes, ...] = ()
 
 
 def bearer_expected(path: PurePosixPath) -> bool:
@@ -87,7 +99,7 @@ def scan_disk(
 ) -> DiskFindings:
     """The secrets in the changed files of the guest disk at ``root``, named ``guest:/<path>``;
     ``own_bearer``: the digest of the attempt's own bearer, expected in BEARER_EXPECTED_IN."""
-    scan = FileScan(root, Searcher(secrets_by_kind))
+    scan = FileScan(root, Searcher(secrets_by_kind))  # one inflate budget for the disk
     expecting = Searcher(secrets_by_kind, frozenset({own_bearer} if own_bearer else ()))
     for path in changed_files(root, inventory):
         guest_path = PurePosixPath("/", path.relative_to(root))
@@ -95,15 +107,19 @@ def scan_disk(
     return DiskFindings(
         files=scan.files,
         bytes=scan.bytes,
-        leaks=tuple(
-            leak.model_copy(update={"file": f"{GUEST_PREFIX}/{leak.file}"}) for leak in scan.leaks
-        ),
+        leaks=_renamed(scan.leaks, before=f"{GUEST_PREFIX}/"),
         expected_bearers=tuple(f"{GUEST_PREFIX}/{file}" for file in scan.own_bearers),
-        failures=tuple(
-            failure.model_copy(update={"file": f"{GUEST_PREFIX}/{failure.file}"})
-            for failure in scan.failures
-        ),
+        failures=_renamed(scan.failures, before=f"{GUEST_PREFIX}/"),
+        searched_as_bytes=_renamed(scan.as_bytes, before=f"{GUEST_PREFIX}/"),
     )
+
+
+_Named = TypeVar("_Named", Leak, ScanFailure, SearchedAsBytes)
+
+
+def _renamed(entries: Iterable[_Named], before: str = "", after: str = "") -> tuple[_Named, ...]:
+    """The entries, each file named with ``before`` and ``after`` around it."""
+    return tuple(e.model_copy(update={"file": before + e.file + after}) for e in entries)
 
 
 def own_bearer(paths: RunPaths, cell: str, attempt: int) -> Sha256 | None:
@@ -124,6 +140,7 @@ def record_guest_scan(paths: RunPaths, cell: str, attempt: int, findings: DiskFi
             leaks=findings.leaks,
             failures=findings.failures,
             expected_bearers=findings.expected_bearers,
+            searched_as_bytes=findings.searched_as_bytes,
         ),
     )
 
@@ -149,13 +166,16 @@ def last_unscanned_attempt(ledger: Ledger) -> tuple[str, int] | None:
     return last.cell_id, last.attempt
 
 
-def guest_findings(paths: RunPaths) -> tuple[tuple[Leak, ...], tuple[ScanFailure, ...]]:
-    """Every attempt's guest-disk leaks and failures, each named with its cell and attempt."""
-    leaks: list[Leak] = []
-    failures: list[ScanFailure] = []
+def guest_findings(paths: RunPaths) -> Findings:
+    """Every attempt's guest-disk leaks, failures and layers searched as bytes, each named with
+    its cell and attempt."""
+    found = Findings()
     for file in paths.guest_scans:
         scan = read_model(file, GuestScan)
         where = f" (cell {scan.cell}, attempt {scan.attempt})"
-        leaks += [leak.model_copy(update={"file": leak.file + where}) for leak in scan.leaks]
-        failures += [f.model_copy(update={"file": f.file + where}) for f in scan.failures]
-    return tuple(leaks), tuple(failures)
+        found = Findings(
+            found.leaks + _renamed(scan.leaks, after=where),
+            found.failures + _renamed(scan.failures, after=where),
+            found.searched_as_bytes + _renamed(scan.searched_as_bytes, after=where),
+        )
+    return found
