@@ -41,7 +41,8 @@ def main() -> None:
                 output = ORACLE_TRIALS / f"oracle-{args.task}" / "verifier" / "test-stdout.txt"
                 failed = guest.exec(f"grep -h '^FAILED' {output}", timeout=60).stdout.split()
                 tests = sorted(name for name in failed if "::" in name)
-                print(f"run {number}: reward {run.reward} in {run.seconds:.0f} s; failed: {tests}")
+                said = f"; {run.harbor_said}" if run.harbor_said else ""
+                print(f"run {number}: {run.outcome()}{said}; failed: {tests}")
                 if run.reward is not None:  # no result: the run says nothing of the task
                     scores.append(run.reward == 1)
                 guest.check(f"rm -rf {ORACLE_TRIALS}", timeout=120)

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from runner.cells.classify import HarborTrialResult
 from runner.cells.failure_class import RULES, Evidence, failure_class, harbor_evidence
 from runner.core.canonical import file_digest
 from runner.core.files import read_model
 from runner.core.roots import REPO_ROOT
+from runner.lab.harbor_result import HarborTrialResult
 from runner.lab.transport import ExecResult
 from runner.proxy import CredentialProxy, ProxyCellCounts
 from runner.proxy.bearer import BEARER_SHAPE

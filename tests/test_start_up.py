@@ -11,7 +11,6 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from runner.cells.cell import start_up
-from runner.cells.classify import HarborTrialResult
 from runner.core.errors import RunnerError
 from runner.core.roots import REPO_ROOT
 from runner.guest.agent_plan import (
@@ -22,6 +21,7 @@ from runner.guest.agent_plan import (
     run_script,
     then_record_cgroup,
 )
+from runner.lab.harbor_result import HarborTrialResult
 from runner.proxy.models import ProxyCellCounts, RequestLogEntry
 from runner.records.ledger import LedgerLine
 from runner.records.schedule import build_schedule

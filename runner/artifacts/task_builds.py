@@ -81,12 +81,9 @@ class TaskBuild:
         said = "built" if self.built else f"did not build ({self.last_lines})"
         line = f"task {self.task}: {said}; its build took {self.build.summary()}"
         if self.trial is not None and self.oracle is not None:
-            score = "no score" if self.oracle.reward is None else f"scored {self.oracle.reward:g}"
-            line += (
-                f"; its oracle {score} in {self.oracle.seconds:g} s and took {self.trial.summary()}"
-            )
+            line += f"; its oracle {self.oracle.outcome()} and took {self.trial.summary()}"
             if self.oracle.reward != 1:
-                line += f" (its verifier's last lines: {self.oracle.last_lines})"
+                line += f" ({self.oracle.reason()})"
         return line
 
 

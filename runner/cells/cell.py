@@ -33,13 +33,7 @@ from runner.cells.accounting import (
     reconcile,
     request_sums,
 )
-from runner.cells.classify import (
-    HarborTrialResult,
-    classify,
-    find_result,
-    harbor_process,
-    launched_at,
-)
+from runner.cells.classify import classify, find_result, harbor_process, launched_at
 from runner.cells.failure_class import Evidence, failure_class, harbor_evidence
 from runner.cells.verifier_setup import verifier_setup_problem
 from runner.core.canonical import file_digest
@@ -48,6 +42,7 @@ from runner.core.files import write_atomic
 from runner.guest.agent_plan import CONTAINER, AgentCgroup
 from runner.guest.warm_harbor import WarmRequest, launch_command
 from runner.lab import egress
+from runner.lab.harbor_result import HarborTrialResult
 from runner.lab.layout import DOCKER_HOST, GUEST, GUEST_PROXY_URL, HARBOR_ENVIRONMENT
 from runner.lab.mirror import MirrorRequest, log_end, read_requests
 from runner.lab.transport import GuestError, GuestTransport
@@ -96,8 +91,7 @@ def no_model_request(
         return None
     info = harbor.exception_info if harbor is not None else None
     if info is not None:
-        first = (info.exception_message.strip().splitlines() or [""])[0]
-        ended = f"{info.exception_type}: {first}"
+        ended = info.summary
     elif cgroup is not None and cgroup.harness_exit_code:
         ended = f"the harness exited {cgroup.harness_exit_code}"
     else:

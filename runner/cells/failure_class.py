@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from runner.cells.accounting import EventLogCount
-from runner.cells.classify import HarborTrialResult
 from runner.core.models import FailureClass
+from runner.lab.harbor_result import HarborTrialResult
 from runner.proxy.models import ProxyCellCounts
 
 Ending = Literal[

@@ -14,7 +14,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from runner.cells.classify import HarborTrialResult
+from runner.lab.harbor_result import HarborTrialResult
 from runner.lab.mirror import MirrorRequest
 
 # Lines of a verifier's output that only a failed setup writes: the shell not finding a tool or

@@ -52,8 +52,9 @@ def freeze_command(lab: str, lock_path: Path | None) -> None:
             ""
             if score.judges
             else (
-                " (timing-sensitive under emulation: this lab cannot judge it; verifier: "
-                f"{score.verifier_last_lines})"
+                " (timing-sensitive under emulation: this lab cannot judge it; "
+                + (f"Harbor: {score.harbor_said}; " if score.harbor_said else "")
+                + f"verifier: {score.verifier_last_lines})"
             )
         )
         click.echo(

@@ -208,8 +208,10 @@ class OracleScore(FrozenModel):
     # A timing-sensitive task's oracle under emulation may score 0 without failing the freeze
     # (lock tasks.timing_sensitive): then the lab cannot judge the task, and says why.
     verifier_last_lines: str = ""
+    # Harbor's own words for how its trial ended (its exception, or why no result.json was read).
+    harbor_said: str = ""
 
-    LATE_FIELDS = frozenset({"verifier_last_lines"})
+    LATE_FIELDS = frozenset({"verifier_last_lines", "harbor_said"})
 
     @property
     def judges(self) -> bool:

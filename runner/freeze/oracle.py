@@ -3,7 +3,8 @@ agent in the provisioned guest, must score 1 before the guest is frozen.
 
 A task whose oracle does not score 1 cannot tell an agent's success from its failure here (its
 image, its verifier's tools or the lab's mirror are wrong for it), so the freeze fails closed
-once every oracle was tried, naming each such task and the last lines of its verifier's output.
+once every oracle was tried, naming each such task, why in Harbor's own words (its exception, or
+why it wrote no result.json) and the last lines of its verifier's output.
 The oracle's trials are removed afterwards: nothing of them is in the frozen state.
 """
 
@@ -17,10 +18,10 @@ from runner.lab.transport import GuestTransport
 def oracle_smoke(
     guest: GuestTransport, task_ids: tuple[str, ...], tolerated: frozenset[str] = frozenset()
 ) -> tuple[OracleRun, ...]:
-    """Every task's oracle, in order. Each that does not score 1 keeps its verifier's last
-    lines; unless it is ``tolerated`` (timing-sensitive under emulation: its score is recorded,
-    and the lab then cannot judge the task), the freeze fails once all were tried, with a table
-    of every such task, so one freeze names every broken task."""
+    """Every task's oracle, in order. Each that does not score 1 keeps Harbor's reason and its
+    verifier's last lines; unless it is ``tolerated`` (timing-sensitive under emulation: its
+    score is recorded, and the lab then cannot judge the task), the freeze fails once all were
+    tried, with a table of every such task, so one freeze names every broken task."""
     runs = []
     try:
         for task in task_ids:
@@ -41,9 +42,5 @@ def oracle_table(failed: list[OracleRun], tried: int) -> str:
         "must score 1):",
         f"  {'task':<{width}}  step    error",
     ]
-    rows += [
-        f"  {run.task:<{width}}  oracle  scored {run.reward} in {run.seconds:g} s; its verifier's "
-        f"last lines: {run.last_lines}"
-        for run in failed
-    ]
+    rows += [f"  {run.task:<{width}}  oracle  {run.outcome()}; {run.reason()}" for run in failed]
     return "\n".join(rows)

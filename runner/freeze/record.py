@@ -38,6 +38,7 @@ from runner.guest import warm_harbor
 from runner.lab.disk import quiesced_disk
 from runner.lab.layout import GUEST
 from runner.lab.mirror import lab_mirror
+from runner.lab.oracle_run import OracleRun
 from runner.lab.snapshot import SavedState, save_frozen_state
 from runner.lab.state import LabPaths, LabState, load_lab_state
 from runner.lab.tasks import task_derivations
@@ -161,11 +162,17 @@ def _oracle_scores(
     tolerated = frozenset(lock.tasks.timing_sensitive) if emulated else frozenset()
     with lab_mirror(lab.lab, resolution_path(lock_path, lock)):
         runs = oracle_smoke(guest, lock.tasks.ids, tolerated)
-    return tuple(
-        OracleScore(
-            task=r.task, reward=r.reward or 0.0, seconds=r.seconds, verifier_last_lines=r.last_lines
-        )
-        for r in runs
+    return tuple(oracle_score(run) for run in runs)
+
+
+def oracle_score(run: OracleRun) -> OracleScore:
+    """A run's score as the freeze manifest keeps it (no reward is kept as 0: not 1 either)."""
+    return OracleScore(
+        task=run.task,
+        reward=run.reward or 0.0,
+        seconds=run.seconds,
+        verifier_last_lines=run.last_lines or run.log_lines,
+        harbor_said=run.harbor_said,
     )
 
 

@@ -47,13 +47,14 @@ from pathlib import Path
 
 from runner.cells.accounting import agent_cgroup_in
 from runner.cells.cell import OverruledBy, no_model_request
-from runner.cells.classify import DEADLINE_REASON, HarborTrialResult, classify
+from runner.cells.classify import DEADLINE_REASON, classify
 from runner.cells.verifier_setup import verifier_setup_problem
 from runner.core.archives import UnsafeArchive
 from runner.core.canonical import file_digest
 from runner.core.errors import InputError, RunnerError
 from runner.core.files import read_model
 from runner.freeze.manifest import FreezeManifest
+from runner.lab.harbor_result import HarborTrialResult
 from runner.lab.mirror import MirrorRequest
 from runner.proxy import ProxyCellCounts
 from runner.records.ledger import Ledger, LedgerChain, LedgerLine, Outcome, chain_seed, check_chain
