@@ -11,6 +11,7 @@ The oracle's trials are removed afterwards: nothing of them is in the frozen sta
 from __future__ import annotations
 
 from runner.core.errors import RunnerError
+from runner.core.text_table import text_table
 from runner.lab.oracle_run import ORACLE_TRIALS, OracleRun, scored_oracle
 from runner.lab.transport import GuestTransport
 
@@ -36,11 +37,10 @@ def oracle_smoke(
 
 def oracle_table(failed: list[OracleRun], tried: int) -> str:
     """``task  step  error`` rows, as the deploy's failed builds (runner.guest.build_report)."""
-    width = max(len("task"), *(len(run.task) for run in failed))
     rows = [
         f"freeze: {len(failed)} of {tried} oracles did not score 1 (a task's reference solution "
-        "must score 1):",
-        f"  {'task':<{width}}  step    error",
+        "must score 1):"
     ]
-    rows += [f"  {run.task:<{width}}  oracle  {run.outcome()}; {run.reason()}" for run in failed]
+    failures = [(run.task, "oracle", f"{run.outcome()}; {run.reason()}") for run in failed]
+    rows += text_table(("task", "step", "error"), failures)
     return "\n".join(rows)

@@ -16,6 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.core.text_table import text_table
+
 # `timeout`'s exit status when the build ran past its limit (and was stopped).
 TIMED_OUT = 124
 # A failure's own line, most telling first: the package manager's or compiler's words; else
@@ -85,10 +87,8 @@ def missing_packages(log: str) -> tuple[str, ...]:
 
 
 def failure_table(failures: list[BuildFailure], tried: int) -> str:
-    width = max(len("task"), *(len(failure.task) for failure in failures))
     rows = [f"{len(failures)} of {tried} task images did not build:"]
-    rows.append(f"  {'task':<{width}}  step   error")
-    rows += [f"  {failure.task:<{width}}  build  {failure.line}" for failure in failures]
+    rows += text_table(("task", "step", "error"), [(f.task, "build", f.line) for f in failures])
     for failure in failures:
         if failure.missing:
             rows.append(
