@@ -42,7 +42,7 @@ from packaging.utils import (
 from runner.artifacts.http import get_json, new_session, retrying
 from runner.cache.store import ArtifactStore
 from runner.core.errors import RunnerError
-from runner.core.models import FrozenModel
+from runner.core.models import FrozenModel, updated
 from runner.core.signals import take_sigterm
 from runner.lab.mirror import serve, simple_page
 from runner.spec.resolution import RECORDED_KINDS, ArtifactKind, PinnedArtifact, Resolution
@@ -267,7 +267,7 @@ def carried_records(
     for artifact in previous:
         tasks = tuple(task for task in artifact.tasks if task in task_ids)
         if artifact.kind in RECORDED_KINDS and tasks:
-            kept.append(artifact.model_copy(update={"tasks": tasks}))
+            kept.append(updated(artifact, tasks=tasks))
     return tuple(kept)
 
 
@@ -284,13 +284,13 @@ def merge_recorded(
             others = tuple(task for task in artifact.tasks if task not in tasks)
             if not others:
                 continue
-            artifact = artifact.model_copy(update={"tasks": others})
+            artifact = updated(artifact, tasks=others)
         kept[f"{artifact.kind}:{artifact.sha256}"] = artifact
     for artifact in recorded:
         key = f"{artifact.kind}:{artifact.sha256}"
         if key in kept:
             merged = tuple(sorted({*kept[key].tasks, *artifact.tasks}))
-            artifact = kept[key].model_copy(update={"tasks": merged})
+            artifact = updated(kept[key], tasks=merged)
         kept[key] = artifact
     ordered = sorted(kept.values(), key=lambda artifact: artifact.sort_key)
     content = resolution.model_dump(mode="json", exclude={"environment_fingerprint"})
