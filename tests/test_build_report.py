@@ -4,8 +4,13 @@ lines are Podman's, apt's, pip's and gcc's own words, as a failed ``podman build
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
+import pytest
+
+from deploy.guest import operations as guest_ops
+from runner.guest import build_report
 from runner.guest.build_report import (
     TIMED_OUT,
     BuildFailure,
@@ -13,7 +18,10 @@ from runner.guest.build_report import (
     failure_line,
     failure_table,
     missing_packages,
+    read_builds,
 )
+from runner.guest.task_images import TaskImageBuild
+from tests.support.deploy_harness import local_host, yielded
 
 APT_MISS = """STEP 1/3: FROM localhost/base:1
 STEP 2/3: RUN apt-get update && apt-get install -y sqlite3 xxd python3-pip
@@ -121,3 +129,56 @@ def test_each_task_is_read_from_its_own_log_and_status(tmp_path: Path) -> None:
     assert _failure(tmp_path, "never", 600).line == (
         "no image and no build log: the build did not run"
     )
+
+
+# A name with what a shell or a split on '=' would take apart: the JSON and its quoting keep it.
+BUILDS = (
+    TaskImageBuild(
+        task="git-leak-recovery", image="localhost/bench-task-git-leak-recovery:frozen",
+        inputs_digest="sha256:in", build_timeout_sec=600.0,
+    ),
+    TaskImageBuild(
+        task="it's=odd $HOME", image="localhost/x:frozen", inputs_digest="sha256:b=c",
+        build_timeout_sec=1.5,
+    ),
+)  # fmt: skip
+
+
+def _report_argv(builds: tuple[TaskImageBuild, ...]) -> list[str]:
+    """The argv the guest's build report gets from the deploy's command (a shell splits it)."""
+    host = local_host({})
+    host.get_fact = lambda fact, **_kwargs: ""  # type: ignore[method-assign]  # no image labelled
+    (command,) = yielded(host, guest_ops.task_images_built, images=builds)
+    argv = shlex.split(str(command))
+    assert argv[:3] == ["/opt/bench/harbor/bin/python", "-m", "runner.guest.build_report"]
+    return argv[3:]
+
+
+def test_the_builds_the_deploy_names_are_the_ones_the_guest_reads() -> None:
+    argv = _report_argv(BUILDS)
+    assert argv[0] == "/var/lib/bench/builds"
+    assert read_builds(argv[1:]) == list(BUILDS)
+
+
+def test_the_guest_reports_each_build_the_deploy_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "git-leak-recovery.log").write_text(APT_MISS)
+    (tmp_path / "git-leak-recovery.failed").write_text(f"{TIMED_OUT}\n")
+    labels = {"localhost/x:frozen": "sha256:b=c"}
+    monkeypatch.setattr(build_report, "_label", lambda image: labels.get(image, ""))
+    argv = _report_argv(BUILDS)
+    assert build_report.main([str(tmp_path), *argv[1:]]) == 1
+    table = capsys.readouterr().err.splitlines()
+    assert table[0] == "1 of 2 task images did not build:"
+    assert table[2].split()[:2] == ["git-leak-recovery", "build"]
+    assert table[2].endswith("build_timeout_sec (600 s)")
+
+
+def test_a_build_the_guest_cannot_read_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old_form = "git-leak-recovery=localhost/x:frozen=sha256:in=600"
+    assert build_report.main([str(tmp_path), old_form]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("build report: a build: ") and error.count("\n") == 1

@@ -1,9 +1,12 @@
 """The code gates of the fast tier: ruff (lint and format), mypy (strict) and import-linter's
 contracts (pyproject.toml's [tool.importlinter]), each run with this interpreter's own modules
-against this checkout; and proof that a wrong import does break a contract."""
+against this checkout; and proof that a wrong import does break a contract. And no write that
+skips validation: pydantic's ``model_copy(update=...)`` checks nothing (runner.core.models.updated
+does)."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -65,3 +68,32 @@ def test_a_wrong_import_breaks_the_rooms_contract(tmp_path: Path) -> None:
     assert result.returncode != 0, output
     assert f"{ROOMS_CONTRACT} BROKEN" in " ".join(output.split()), output
     assert "runner.core.canonical -> runner.run" in output, output
+
+
+def unvalidated_updates(source: str, filename: str) -> list[str]:
+    """``file:line`` of each ``.model_copy(update=...)`` call in ``source``."""
+    return [
+        f"{filename}:{node.lineno}"
+        for node in ast.walk(ast.parse(source, filename))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "model_copy"
+        and any(keyword.arg == "update" for keyword in node.keywords)
+    ]
+
+
+def test_no_model_copy_with_an_update_in_the_code() -> None:
+    found = [
+        hit
+        for package in PACKAGES
+        for path in sorted((REPO / package).rglob("*.py"))
+        for hit in unvalidated_updates(path.read_text(), str(path.relative_to(REPO)))
+    ]
+    assert found == [], f"use runner.core.models.updated, which validates: {found}"
+
+
+def test_the_update_gate_finds_a_model_copy_with_an_update() -> None:
+    source = (
+        "record = record.model_copy(\n    update={'status': 'finshed'}\n)\nrecord.model_copy()\n"
+    )
+    assert unvalidated_updates(source, "planted.py") == ["planted.py:1"]

@@ -19,6 +19,7 @@ import pytest
 from deploy.guest import operations as guest_ops
 from deploy.guest.facts import ImageLabel, UnitStamp
 from deploy.guest.provision import Bundle
+from runner.guest.task_images import TaskImageBuild
 from tests.support.deploy_harness import local_host, yielded
 from tests.support.recorded_provisioning import example_plan, record_provisioning
 
@@ -29,7 +30,7 @@ ARGUMENT_TYPES: dict[str, Any] = {
     "names": tuple,
     "wheels": lambda wheels: tuple(tuple(wheel) for wheel in wheels),
     "mirror": lambda mirror: guest_ops.Mirror(*mirror),
-    "images": lambda images: tuple(tuple(image) for image in images),
+    "images": lambda images: tuple(TaskImageBuild.model_validate(image) for image in images),
 }
 
 

@@ -23,6 +23,7 @@ from pyinfra.facts.deb import DebPackages
 from deploy.errors import ControllerCommand
 from deploy.guest.facts import ImageDigest, ImageLabel, UnitStamp
 from deploy.operations.guest import wait_for_guest_arch
+from runner.guest.task_images import TaskImageBuild
 from runner.lab.layout import GUEST
 from runner.lab.mirror import start_lab_mirror
 from runner.lab.state import LabPaths, guest_machine, load_lab_state
@@ -269,23 +270,21 @@ def task_image(
 
 
 @operation()
-def task_images_built(images: tuple[tuple[str, str, str, float], ...]) -> Commands:
+def task_images_built(images: tuple[TaskImageBuild, ...]) -> Commands:
     """
     Every task image is built with its inputs' label; otherwise the deploy stops here with a
     table of every task whose build failed and the failure's own line (runner.guest.build_report).
 
-    + images: (task, image, digest, build timeout in seconds) of each task
+    + images: each task image's build, handed to the report as its JSON
     """
     if all(
-        host.get_fact(ImageLabel, image=image, label="bench.inputs") == digest
-        for _, image, digest, _ in images
+        host.get_fact(ImageLabel, image=build.image, label="bench.inputs") == build.inputs_digest
+        for build in images
     ):
         host.noop(f"all {len(images)} task images already built")
         return
-    specs = " ".join(
-        _q(f"{task}={image}={digest}={limit:g}") for task, image, digest, limit in images
-    )
+    builds = " ".join(_q(build.model_dump_json()) for build in images)
     yield (
         f"{_q(GUEST.harbor_venv / 'bin' / 'python')} -m runner.guest.build_report "
-        f"{_q(GUEST.build_logs)} {specs}"
+        f"{_q(GUEST.build_logs)} {builds}"
     )

@@ -32,6 +32,7 @@ from runner.core.errors import RunnerError
 from runner.core.oci import read_oci_archive
 from runner.core.roots import REPO_ROOT
 from runner.guest import warm_harbor
+from runner.guest.task_images import TaskImageBuild
 from runner.lab import egress
 from runner.lab.layout import (
     AGENT_USER,
@@ -654,7 +655,12 @@ def _images_built(plan: GuestPlan) -> None:
     guest.task_images_built(
         name="Every task image built",
         images=tuple(
-            (image.task, image.image, image.digest, image.build_timeout_sec)
+            TaskImageBuild(
+                task=image.task,
+                image=image.image,
+                inputs_digest=image.digest,
+                build_timeout_sec=image.build_timeout_sec,
+            )
             for image in plan.task_images
         ),
     )

@@ -27,6 +27,7 @@ from runner.artifacts.plan import Plan, Planned
 from runner.artifacts.tools import run_tool, run_tool_unchecked
 from runner.cache.paths import CachePaths
 from runner.core.errors import RunnerError
+from runner.core.models import updated
 from runner.spec.base_images import BaseRecipe
 from runner.spec.lock import Guest, Tools
 from runner.spec.platform import GuestPlatform
@@ -210,7 +211,7 @@ async def plan_base_image_debs(
     other: two of one suite share apt's state directory."""
     plan = Plan()
     for recipe in recipes:
-        suite_guest = guest.model_copy(update={"suite": recipe.suite, "tool_suites": ()})
+        suite_guest = updated(guest, suite=recipe.suite, tool_suites=())
         state = AptState(paths.apt_state(recipe.suite, platform.deb_arch), suite_guest,
                          platform.deb_arch)  # fmt: skip
         state.write()

@@ -23,12 +23,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import json
 import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Literal
 
 import aiohttp
 from debian.deb822 import Packages
@@ -38,11 +38,12 @@ from packaging.utils import (
     parse_sdist_filename,
     parse_wheel_filename,
 )
+from pydantic import Field, TypeAdapter, ValidationError
 
 from runner.artifacts.http import get_json, new_session, retrying
 from runner.cache.store import ArtifactStore
-from runner.core.errors import RunnerError
-from runner.core.models import FrozenModel
+from runner.core.errors import RunnerError, describe_validation_error
+from runner.core.models import FrozenModel, updated
 from runner.core.signals import take_sigterm
 from runner.lab.mirror import serve, simple_page
 from runner.spec.resolution import RECORDED_KINDS, ArtifactKind, PinnedArtifact, Resolution
@@ -60,8 +61,15 @@ PHASE_KINDS: dict[str, tuple[ArtifactKind, ArtifactKind, ArtifactKind]] = {
 class RecordedFailure(FrozenModel):
     """A file the build asked for that the upstream could not give as its index said."""
 
+    kind: Literal["fetch-failure"] = "fetch-failure"
     url: str
     error: str
+
+
+# A line of a recording, told apart by its kind: an artifact served (its kind is the artifact's)
+# or a fetch that failed.
+RecordLine = Annotated[PinnedArtifact | RecordedFailure, Field(discriminator="kind")]
+_RECORD_LINE: TypeAdapter[PinnedArtifact | RecordedFailure] = TypeAdapter(RecordLine)
 
 
 @dataclass
@@ -73,7 +81,7 @@ class _Record:
     phase: str
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def write(self, line: PinnedArtifact | RecordedFailure) -> None:
+    def write(self, line: RecordLine) -> None:
         with self.lock, self.path.open("a") as record:
             record.write(line.model_dump_json() + "\n")
 
@@ -249,12 +257,16 @@ class RecordingUpstream:
 def read_record(path: Path) -> tuple[tuple[PinnedArtifact, ...], tuple[RecordedFailure, ...]]:
     """The artifacts a recording served, and the fetches that failed."""
     served, failed = [], []
-    for line in path.read_text().splitlines() if path.is_file() else ():
-        # An artifact line has its kind; a failure line has only url and error.
-        if "kind" in json.loads(line):
-            served.append(PinnedArtifact.model_validate_json(line))
+    lines = path.read_text().splitlines() if path.is_file() else []
+    for number, line in enumerate(lines, 1):
+        try:
+            read = _RECORD_LINE.validate_json(line)
+        except ValidationError as error:
+            raise RunnerError(describe_validation_error(f"{path}:{number}", error)) from None
+        if isinstance(read, RecordedFailure):
+            failed.append(read)
         else:
-            failed.append(RecordedFailure.model_validate_json(line))
+            served.append(read)
     return tuple(served), tuple(failed)
 
 
@@ -267,7 +279,7 @@ def carried_records(
     for artifact in previous:
         tasks = tuple(task for task in artifact.tasks if task in task_ids)
         if artifact.kind in RECORDED_KINDS and tasks:
-            kept.append(artifact.model_copy(update={"tasks": tasks}))
+            kept.append(updated(artifact, tasks=tasks))
     return tuple(kept)
 
 
@@ -284,13 +296,13 @@ def merge_recorded(
             others = tuple(task for task in artifact.tasks if task not in tasks)
             if not others:
                 continue
-            artifact = artifact.model_copy(update={"tasks": others})
+            artifact = updated(artifact, tasks=others)
         kept[f"{artifact.kind}:{artifact.sha256}"] = artifact
     for artifact in recorded:
         key = f"{artifact.kind}:{artifact.sha256}"
         if key in kept:
             merged = tuple(sorted({*kept[key].tasks, *artifact.tasks}))
-            artifact = kept[key].model_copy(update={"tasks": merged})
+            artifact = updated(kept[key], tasks=merged)
         kept[key] = artifact
     ordered = sorted(kept.values(), key=lambda artifact: artifact.sort_key)
     content = resolution.model_dump(mode="json", exclude={"environment_fingerprint"})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -10,8 +10,11 @@ from pydantic import (
     Field,
     SerializationInfo,
     SerializerFunctionWrapHandler,
+    ValidationError,
     model_serializer,
 )
+
+from runner.core.errors import RunnerError, describe_validation_error
 
 SHA256_PATTERN = r"^sha256:[0-9a-f]{64}$"
 
@@ -55,3 +58,26 @@ class FrozenModel(BaseModel):
             if getattr(self, name) == field.get_default(call_default_factory=True):
                 data.pop(field.alias if info.by_alias and field.alias else name, None)
         return data
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def updated(model: ModelT, /, **changes: Any) -> ModelT:
+    """``model`` with ``changes`` (by field name), validated as a new instance would be: pydantic's
+    ``model_copy(update=...)`` checks nothing, so a misspelled status or a negative count would
+    be written and fail only when read back. Only the fields ``model`` was given are passed again
+    (the others are at their defaults), so the copy's ``model_fields_set`` is the original's plus
+    ``changes`` and its JSON, canonical JSON and fingerprint are what ``model_copy`` gave; nested
+    models are kept as they are (pydantic does not validate an instance again); private
+    attributes are carried over as ``model_copy`` carries them."""
+    given = {name: getattr(model, name) for name in model.model_fields_set}
+    try:
+        copy = type(model).model_validate({**given, **changes}, by_alias=False, by_name=True)
+    except ValidationError as error:
+        raise RunnerError(
+            describe_validation_error(f"{type(model).__name__} update", error)
+        ) from error
+    if model.__pydantic_private__:
+        object.__setattr__(copy, "__pydantic_private__", dict(model.__pydantic_private__))
+    return copy

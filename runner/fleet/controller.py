@@ -43,6 +43,7 @@ from temporalio.worker import Worker
 
 from runner.core.errors import InputError, RunnerError
 from runner.core.files import write_atomic, write_model
+from runner.core.models import updated
 from runner.fleet.client import connect
 from runner.fleet.history import keep_histories
 from runner.fleet.links import pull_files
@@ -153,7 +154,7 @@ class ControllerActivities:
             if not retained.path.startswith(owned) or ".." in retained.path.split("/"):
                 raise RunnerError(f"host {result.host}: {retained.path} is not {line.cell_id}'s")
         pull_files(self.fleet.host(result.host), result.staging, result.files, self.paths.run_dir)
-        ledger.append(line.model_copy(update={"host": result.host}))
+        ledger.append(updated(line, host=result.host))
         return Recorded(cell_id=line.cell_id, counted=True, reason=f"counted from {result.host}")
 
     @activity.defn(name="record_lost_attempt")

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from runner.core.errors import InputError, RunnerError, describe_validation_error
 from runner.core.files import read_model, write_model
+from runner.core.models import updated
 from runner.freeze.inventory import inventory_of, read_disk
 from runner.freeze.live import LIVE_PROBES, SPEED_COMMAND, parse_lines, parse_speed
 from runner.freeze.manifest import (
@@ -231,7 +232,7 @@ def freeze_lab(lab_name: str, scope: FreezeScope, lock_path: Path | None = None)
         tasks=tasks,
         oracle=oracle,
     )
-    saved = saved.model_copy(update={"freeze_manifest_sha256": manifest.sha256})
+    saved = updated(saved, freeze_manifest_sha256=manifest.sha256)
     paths = FreezePaths.for_lab(lab_name)
     write_model(paths.disk_inventory, inventory)
     write_model(paths.manifest, manifest)

@@ -1,7 +1,10 @@
 """Which task images failed to build, and each failure's own line: run in the guest after every
 task image's build was tried, so one deploy names every broken task, not only the first.
 
-    python -m runner.guest.build_report LOG_DIR TASK=IMAGE=DIGEST=TIMEOUT_SECONDS ...
+    python -m runner.guest.build_report LOG_DIR BUILD_JSON ...
+
+Each BUILD_JSON is a task image's build as the deploy gives it (runner.guest.task_images'
+``TaskImageBuild`` as JSON, one argument each).
 
 Each build left ``LOG_DIR/<task>.log`` (its whole output) and, when it failed, ``<task>.failed``
 (its exit status). A task whose image is not labelled with its inputs' digest afterwards is a
@@ -16,7 +19,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from runner.core.errors import describe_validation_error
 from runner.core.text_table import text_table
+from runner.guest.task_images import TaskImageBuild
 
 # `timeout`'s exit status when the build ran past its limit (and was stopped).
 TIMED_OUT = 124
@@ -118,17 +125,26 @@ def _failure(log_dir: Path, task: str, timeout_seconds: float) -> BuildFailure:
     return BuildFailure(task, failure_line(log, status, timeout_seconds), missing_packages(log))
 
 
+def read_builds(arguments: list[str]) -> list[TaskImageBuild]:
+    """The builds the deploy named, one ``TaskImageBuild`` JSON an argument."""
+    return [TaskImageBuild.model_validate_json(argument) for argument in arguments]
+
+
 def main(argv: list[str]) -> int:
-    log_dir, specs = Path(argv[0]), [spec.split("=", 3) for spec in argv[1:]]
+    try:
+        log_dir, builds = Path(argv[0]), read_builds(argv[1:])
+    except ValidationError as error:
+        print(describe_validation_error("build report: a build", error), file=sys.stderr)
+        return 2
     failures = [
-        _failure(log_dir, task, float(timeout))
-        for task, image, digest, timeout in specs
-        if _label(image) != digest
+        _failure(log_dir, build.task, build.build_timeout_sec)
+        for build in builds
+        if _label(build.image) != build.inputs_digest
     ]
     if failures:
-        print(failure_table(failures, len(specs)), file=sys.stderr)
+        print(failure_table(failures, len(builds)), file=sys.stderr)
         return 1
-    print(f"all {len(specs)} task images built")
+    print(f"all {len(builds)} task images built")
     return 0
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from harbor.environments.base import ExecResult
 from harbor.environments.docker.docker import DockerEnvironment
 
+from runner.core.models import updated
 from runner.guest.task_images import task_image
 
 # Harbor's clean-up of a session's stale containers before `compose up` (its start()).
@@ -44,7 +45,7 @@ class FrozenLabEnvironment(DockerEnvironment):
         image = task_image(environment_dir.parent.name)
         super().__init__(
             environment_dir=environment_dir,
-            task_env_config=task_env_config.model_copy(update={"docker_image": image}),
+            task_env_config=updated(task_env_config, docker_image=image),
             **kwargs,
         )
         self._leave_for_reset = leave_for_reset

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from runner.core.errors import InputError
-from runner.core.models import FrozenModel
+from runner.core.models import FrozenModel, updated
 from runner.spec.seeded import SEEDED_MODEL, SeededDraws
 
 PROVIDER_MARKER = "offline-scripted"
@@ -149,11 +149,10 @@ def seeded(task_dir: Path, draws: SeededDraws) -> ProviderScript:
     then the task's reference solution, or the wrong answer when that was drawn."""
     played = wrong_answer(task_dir) if draws.wrong_answer else reference_solution(task_dir)
     answer = "wrong-answer" if draws.wrong_answer else "reference-solution"
-    return played.model_copy(
-        update={
-            "name": f"seeded-stand-in:{answer}:{draws.exploratory_turns}-turns:{task_dir.name}",
-            "turns": exploratory_turns(draws.exploratory_turns) + played.turns,
-        }
+    return updated(
+        played,
+        name=f"seeded-stand-in:{answer}:{draws.exploratory_turns}-turns:{task_dir.name}",
+        turns=exploratory_turns(draws.exploratory_turns) + played.turns,
     )
 
 

@@ -25,7 +25,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 from runner.core.canonical import canonical_json, file_digest, sha256_digest
 from runner.core.errors import InputError, RunnerError, describe_validation_error
 from runner.core.files import read_model, write_model
-from runner.core.models import FailureClass, FrozenModel, Sha256
+from runner.core.models import FailureClass, FrozenModel, Sha256, updated
 from runner.guest.agent_plan import CompiledCacheReading
 from runner.guest.warm_harbor import HarborProcess
 from runner.lab.egress import RefusedEgress
@@ -337,7 +337,7 @@ class Ledger:
             raise RunnerError(
                 f"cell {line.cell_id} is already in the ledger; not counting it twice"
             )
-        line = line.model_copy(update={"previous_sha256": self._next_link()})
+        line = updated(line, previous_sha256=self._next_link())
         payload = line.model_dump_json(by_alias=True) + "\n"
         self.paths.ledger.parent.mkdir(parents=True, exist_ok=True)
         with self.paths.ledger.open("a") as handle:
@@ -373,8 +373,7 @@ class Ledger:
         path = self.paths.attempt(line.cell_id, line.attempt)
         if path.exists():
             record = read_model(path, AttemptRecord)
-            update = {"status": status, "failure_class": line.failure_class}
-            write_model(path, record.model_copy(update=update))
+            write_model(path, updated(record, status=status, failure_class=line.failure_class))
 
     def set_aside(self, line: LedgerLine) -> LedgerLine:
         """Keep an attempt the retry policy re-runs as evidence, out of the ledger: its trial
@@ -395,7 +394,7 @@ class Ledger:
             RetainedFile(path=str(path.relative_to(self.paths.run_dir)), sha256=file_digest(path))
             for path in files
         )
-        kept = line.model_copy(update={"artifacts": artifacts})
+        kept = updated(line, artifacts=artifacts)
         write_model(directory / "line.json", kept)
         self._mark(line, "retried")
         return kept
@@ -419,7 +418,7 @@ class Ledger:
 
     def _update_attempt(self, cell_id: str, attempt: int, update: dict[str, object]) -> None:
         path = self.paths.attempt(cell_id, attempt)
-        write_model(path, read_model(path, AttemptRecord).model_copy(update=update))
+        write_model(path, updated(read_model(path, AttemptRecord), **update))
 
     def attempts(self, cell_id: str) -> list[AttemptRecord]:
         directory = self.paths.attempts_dir / cell_id
@@ -433,12 +432,12 @@ class Ledger:
         previous = self.attempts(cell.id)
         for record in previous:
             if record.status == "started":
-                update = {
-                    "status": "interrupted",
-                    "interrupted_noted_at": now(),
-                    "failure_class": "cancelled",
-                }
-                interrupted = record.model_copy(update=update)
+                interrupted = updated(
+                    record,
+                    status="interrupted",
+                    interrupted_noted_at=now(),
+                    failure_class="cancelled",
+                )
                 write_model(self.paths.attempt(cell.id, record.attempt), interrupted)
         record = AttemptRecord(
             cell_id=cell.id, attempt=len(previous) + 1, status="started", started_at=now()

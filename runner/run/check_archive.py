@@ -53,6 +53,7 @@ from runner.core.archives import UnsafeArchive
 from runner.core.canonical import file_digest
 from runner.core.errors import InputError, RunnerError
 from runner.core.files import read_model
+from runner.core.models import updated
 from runner.freeze.manifest import FreezeManifest
 from runner.lab.harbor_result import HarborTrialResult
 from runner.lab.mirror import MirrorRequest
@@ -483,7 +484,7 @@ def with_signed_statistics(recomputed: Receipt, signed: Receipt) -> Receipt:
         except NotAlike:
             return recomputed
         batches.append(BatchReceipt.model_validate(derived))
-    return recomputed.model_copy(update={"batches": tuple(batches)})
+    return updated(recomputed, batches=tuple(batches))
 
 
 class NotAlike(Exception):

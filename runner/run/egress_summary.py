@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from runner.core.models import updated
 from runner.lab.egress import RefusedEgress
 from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
@@ -42,7 +43,7 @@ def summed(records: Sequence[tuple[RefusedEgress, ...]]) -> tuple[RefusedEgress,
         for entry in record:
             key = (entry.source, entry.proto, entry.address, entry.port)
             if key in totals:
-                entry = entry.model_copy(update={"packets": totals[key].packets + entry.packets})
+                entry = updated(entry, packets=totals[key].packets + entry.packets)
             totals[key] = entry
     return tuple(totals[key] for key in sorted(totals, key=lambda key: (*key[:3], key[3] or 0)))
 

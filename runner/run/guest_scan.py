@@ -25,7 +25,7 @@ from typing import ClassVar, Literal, TypeVar
 from pydantic import Field
 
 from runner.core.files import read_model, write_model
-from runner.core.models import FrozenModel, Sha256
+from runner.core.models import FrozenModel, Sha256, updated
 from runner.freeze.inventory import DiskInventory, walk
 from runner.records.ledger import AttemptRecord, Ledger
 from runner.records.paths import RunPaths
@@ -119,7 +119,7 @@ _Named = TypeVar("_Named", Leak, ScanFailure, SearchedAsBytes)
 
 def _renamed(entries: Iterable[_Named], before: str = "", after: str = "") -> tuple[_Named, ...]:
     """The entries, each file named with ``before`` and ``after`` around it."""
-    return tuple(e.model_copy(update={"file": before + e.file + after}) for e in entries)
+    return tuple(updated(e, file=before + e.file + after) for e in entries)
 
 
 def own_bearer(paths: RunPaths, cell: str, attempt: int) -> Sha256 | None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from runner.core.errors import InputError
 from runner.core.files import read_model, write_atomic, write_model
+from runner.core.models import updated
 from runner.freeze.manifest import FreezeManifest
 from runner.proxy.models import ProxyCellCounts
 from runner.records.ledger import Ledger, LedgerLine
@@ -162,7 +163,7 @@ def load_run(paths: RunPaths, signed_by: str | None = None, judge: Judge | None 
         judge=judge,
     )
     evidence = {"ledger_chain": chain, "frozen": frozen, "signed_by": signed_by}
-    return with_reference_versions(receipt.model_copy(update=evidence), lock.reference_versions)
+    return with_reference_versions(updated(receipt, **evidence), lock.reference_versions)
 
 
 def unjudged_tasks(freeze: FreezeManifest | None, lines: list[LedgerLine]) -> UnjudgedTasks:
@@ -192,8 +193,8 @@ def with_reference_versions(receipt: Receipt, reference: dict[str, str]) -> Rece
         tools[tool] = version
         if tool in reference:
             tools[f"{tool} (reference run)"] = reference[tool]
-    identities = receipt.identities.model_copy(update={"tools": tools})
-    return receipt.model_copy(update={"identities": identities})
+    identities = updated(receipt.identities, tools=tools)
+    return updated(receipt, identities=identities)
 
 
 def proxy_records(paths: RunPaths, lines: list[LedgerLine]) -> dict[str, ProxyCellCounts]:

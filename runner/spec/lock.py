@@ -25,7 +25,7 @@ from pydantic import (
 from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.errors import RunnerError
 from runner.core.files import read_toml_model
-from runner.core.models import SHA256_PATTERN, FailureClass, FrozenModel, Slug
+from runner.core.models import SHA256_PATTERN, FailureClass, FrozenModel, Slug, updated
 from runner.spec.base_images import BUILD, BaseRecipe, base_recipe
 from runner.spec.seeded import SEEDED_MODEL, SeededModel
 
@@ -527,7 +527,7 @@ class Lock(FrozenModel):
     def for_model(self, model_id: str) -> Lock:
         """The lock narrowed to one model: what one batch of the run is frozen to."""
         models = tuple(model for model in self.models if model.id == model_id)
-        return self.model_copy(update={"models": models})
+        return updated(self, models=models)
 
 
 def _reject_duplicates(values: tuple[str, ...]) -> None:
