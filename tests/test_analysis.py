@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from runner.core.files import read_model, write_model
+from runner.core.models import updated
 from runner.freeze.manifest import FreezeManifest, OracleScore
 from runner.records.ledger import Ledger, LedgerLine
 from runner.records.paths import RunPaths
@@ -22,8 +23,9 @@ from runner.run.analysis import (
     harness_pairs,
     unjudged_by_ledger,
 )
+from runner.run.document import Paragraph, Strong
 from runner.run.receipt import SCRIPTED_PROVIDER_NOTE, build_receipt
-from runner.run.report import describe, load_run, render_markdown
+from runner.run.report import describe, load_run, render_markdown, these_tasks_only
 from runner.run.stats import Estimate, Interval
 from runner.spec.lock import Lock, load_lock
 from runner.verify.report import VerifyReport
@@ -443,3 +445,13 @@ def test_pass_at_k_and_pass_hat_k() -> None:
     assert openpi.repeated.pass_hat_k == pytest.approx(2 / 3)
     text = render_markdown(build_receipt(LOCK, SCHEDULE, lines, "clean", "passed"))
     assert "| n clusters | pass@3 | pass^3 |" in text
+
+
+def test_a_run_of_one_task_says_its_conclusions_hold_for_that_task_only() -> None:
+    lines = failed_task_ledger()
+    stats = batch_stats(LOCK, GLM, lines, harness_pairs(LOCK.harnesses), unjudged_by_ledger(lines))
+    task = GLM.cells[0].task
+    one_task = [group for group in stats.harness_tasks if group.task == task]
+    (paragraph,) = these_tasks_only(updated(stats, harness_tasks=tuple(one_task)))
+    assert isinstance(paragraph, Paragraph)
+    assert paragraph.text[0] == Strong("These conclusions hold for this task only")

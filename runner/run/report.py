@@ -760,7 +760,7 @@ def _stats_section(stats: BatchStats, labels: dict[str, str]) -> list[Block]:
     return [
         Heading(3, ("Uncertainty per harness",)),
         Paragraph((caption + repeated,)),
-        *_these_tasks_only(stats),
+        *these_tasks_only(stats),
         *_overruled_line(stats),
         _uncertainty_table("harness", stats.harnesses),
         *_task_cluster_section(stats),
@@ -771,14 +771,18 @@ def _stats_section(stats: BatchStats, labels: dict[str, str]) -> list[Block]:
     ]
 
 
-def _these_tasks_only(stats: BatchStats) -> list[Block]:
+def these_tasks_only(stats: BatchStats) -> list[Block]:
     tasks = sorted({g.task for g in stats.harness_tasks if g.task is not None})
     if not tasks:
         return []
     return [
         Paragraph(
             (
-                Strong(f"These conclusions hold for these {len(tasks)} tasks only"),
+                Strong(
+                    "These conclusions hold for this task only"
+                    if len(tasks) == 1
+                    else f"These conclusions hold for these {len(tasks)} tasks only"
+                ),
                 f" ({', '.join(tasks)}): every interval and test below is over their cells, and "
                 "tasks are the unit a comparison generalises over; more tasks narrow it more "
                 "than more repeats of these.",
