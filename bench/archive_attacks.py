@@ -1,7 +1,7 @@
 """#34's attacks on the evidence archive, each against the real ``runner check-archive`` (or
 ``runner archive``, where the attack is at archive time) in a process of its own: the line it
 printed last (its verdict), its exit code, and what it cost at its peak: memory (the largest
-resident set of the process and what it waited for, from wait4), disk (the most its scratch
+resident set of the process and what it waited for, from GNU time), disk (the most its scratch
 directory held, polled), CPU and wall seconds.
 
 The genuine run is the demo lock's cells on the fast tests' fake guest (tests/support/fake_lab.py),
@@ -102,16 +102,16 @@ class Bench:
         """``runner ARGS`` with TMPDIR=``scratch`` (watched, as is the archive's own directory
         for `runner archive`); ``subject`` is the input whose size is reported."""
         scratch.mkdir(parents=True, exist_ok=True)
-        out, err = self.root / "stdout", self.root / "stderr"
+        out, err, used = (self.root / name for name in ("stdout", "stderr", "time"))
+        # GNU time forks the check from its own small process: a child forked from this one
+        # would carry this process's resident set into its peak (Linux keeps it across exec).
+        timed = ["/usr/bin/time", "-o", str(used), "-f", "%M %U %S", *RUNNER, *args]
         env = {**os.environ, "TMPDIR": str(scratch)}
         with out.open("wb") as stdout, err.open("wb") as stderr, peak_disk(scratch) as seen:
             started = time.monotonic()
-            child = subprocess.Popen(
-                [*RUNNER, *args], cwd=REPO_ROOT, env=env, stdout=stdout, stderr=stderr
-            )
-            _, status, usage = os.wait4(child.pid, 0)  # its own usage, with what it waited for
+            child = subprocess.run(timed, cwd=REPO_ROOT, env=env, stdout=stdout, stderr=stderr)
             wall = time.monotonic() - started
-        child.returncode = os.waitstatus_to_exitcode(status)
+        rss_kib, user, system = last_line(used.read_text()).split()
         printed = [self.short(path.read_text(errors="replace")) for path in (err, out)]
         measured = Measured(
             case=case,
@@ -119,9 +119,9 @@ class Bench:
             exit=child.returncode,
             verdict=last_line(printed[0]) or last_line(printed[1]),
             input_mib=size_of(subject) / MIB,
-            peak_rss_mib=usage.ru_maxrss / 1024,
+            peak_rss_mib=int(rss_kib) / 1024,
             peak_disk_mib=max(seen) / MIB,
-            cpu_s=usage.ru_utime + usage.ru_stime,
+            cpu_s=float(user) + float(system),
             wall_s=wall,
         )
         self.rows.append(measured)
