@@ -7,9 +7,6 @@ realistic case would take GiBs): one verdict line, exit 1, and the work it took 
 
 from __future__ import annotations
 
-import gzip
-import json
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -21,23 +18,22 @@ from runner.core.errors import InputError
 from runner.records.paths import RunPaths
 from runner.run.archive import MAX_RECORD_BYTES, MAX_SIGNATURE_BYTES, unpack, write_archive
 from runner.run.archive_format import BLOCK, Budget, Spend, read_members, stream_bound
-from tests.test_archive_strict import (  # noqa: F401  (key: a fixture)
+from tests.support.hostile_archives import (
+    copy_of,
+    declaring_huge_size,
     ended,
     gzipped,
     header,
-    key,
+    huge_pax_first,
+    manifest_listing_zeros,
     members_end,
-    pax_header,
+    members_of,
+    nested_gzip,
+    packed,
     tar_stream,
 )
-from tests.test_evidence_archive import (  # noqa: F401  (fixtures)
-    archive,
-    copy_of,
-    finished_run,
-    members_of,
-    operator_cache,
-    packed,
-)
+from tests.test_archive_strict import key  # noqa: F401  (a fixture)
+from tests.test_evidence_archive import archive, finished_run, operator_cache  # noqa: F401  (fixtures)
 
 PRE_SIGNATURE = stream_bound([MAX_RECORD_BYTES, MAX_SIGNATURE_BYTES])
 
@@ -79,15 +75,8 @@ def test_a_forged_manifest_is_refused_before_any_member_is_read_or_written(
     is refused with the manifest and its signature read, nothing of the member inflated and
     nothing written."""
     members = members_of(archive)
-    manifest = json.loads(members[0][1])
-    big = 32 << 20
-    digest = "sha256:" + "0" * 64
-    manifest["files"].append({"path": "zeros.bin", "sha256": digest, "size": big, "kept": True})
-    forged_manifest = json.dumps(manifest).encode()
-    forged = packed(
-        tmp_path / "forged.tar.gz",
-        [(members[0][0], forged_manifest), *members[1:], ("run/zeros.bin", bytes(big))],
-    )
+    forged = manifest_listing_zeros(archive, tmp_path / "forged.tar.gz", 32 << 20)
+    forged_manifest = members_of(forged)[0][1]
     assert forged.stat().st_size < 1 << 20
     tree = tmp_path / "tree"
     with pytest.raises(InputError) as raised:
@@ -103,11 +92,6 @@ def test_a_forged_manifest_is_refused_before_any_member_is_read_or_written(
     )
 
 
-def last_member_offset(tarball: Path) -> int:
-    with tarfile.open(tarball) as tar:
-        return tar.getmembers()[-1].offset
-
-
 @pytest.mark.parametrize("size", [2 << 30, 16 << 30], ids=["2GiB", "16GiB-pax"])
 def test_a_member_declaring_a_huge_size_is_refused_from_its_header(
     archive: Path,  # noqa: F811
@@ -121,14 +105,7 @@ def test_a_member_declaring_a_huge_size_is_refused_from_its_header(
     drawn from the signed manifest's budget before a byte of it is read, and refused there."""
     members = members_of(archive)
     name = members[-1][0]
-    if size < 8**11:
-        declared = header(name, size)
-    else:  # from 8 GiB on, tarfile writes the size in a pax header
-        records = b"%d size=%d\n" % (len(b"size=%d\n" % size) + 3, size)
-        declared = pax_header(records) + records + bytes(BLOCK - len(records)) + header(name, 0)
-    at = last_member_offset(archive)
-    out = tmp_path / "huge.tar.gz"
-    out.write_bytes(gzipped(ended(tar_stream(archive)[:at] + declared)))
+    out, at = declaring_huge_size(archive, tmp_path / "huge.tar.gz", size)
     listed = sum(len(data) for _, data in members)
     assert one_verdict(out, key) == (
         f"{out}: at byte {at} of the tar stream, member {name!r} of {size} B is over the cap of "
@@ -179,8 +156,7 @@ def test_a_huge_pax_header_before_the_manifest_is_refused_from_its_header(
 ) -> None:
     """A 256 MiB pax header as the first header of all (934 MB of memory before any check):
     refused from its header block by the constant cap, before the signature is even read."""
-    out = tmp_path / "pax-first.tar.gz"
-    out.write_bytes(gzipped(ended(pax_header(b"", 256 << 20))))
+    out = huge_pax_first(tmp_path / "pax-first.tar.gz", 256 << 20)
     assert one_verdict(out, key) == (
         f"{out}: at byte 124 of the tar stream, a pax header of {256 << 20} B (at most 8192 B)"
     )
@@ -198,10 +174,6 @@ def test_the_tar_stream_is_read_within_the_budget_it_is_given(archive: Path) -> 
         "B inflated (a test's cap)"
     )
     assert budget.spent["inflated"] <= cap
-
-
-def nested_gzip(size: int) -> bytes:
-    return gzip.compress(gzip.compress(bytes(size), mtime=0), mtime=0)
 
 
 def test_gzip_in_gzip_members_draw_from_one_budget_for_the_whole_archive(

@@ -8,11 +8,9 @@ byte offset, the verdict the output's last line, exit 1.
 from __future__ import annotations
 
 import gzip
-import io
 import subprocess
 import tarfile
 import tracemalloc
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,73 +21,26 @@ import runner.cli.check_archive as check_archive_cli
 from runner.cli.main import cli
 from runner.records.paths import RunPaths
 from runner.run.archive import write_archive
-from runner.run.archive_format import BLOCK, RECORD
+from runner.run.archive_format import BLOCK
 from runner.run.check_archive import ArchiveBroken, check_archive
 from tests.support.archive_readers import every_reader_agrees
-from tests.test_evidence_archive import archive, copy_of, finished_run, operator_cache  # noqa: F401  (fixtures)
+from tests.support.hostile_archives import (
+    FORGED_LEDGER,
+    bad_checksum_block,
+    copy_of,
+    ended,
+    forged_after,
+    gzipped,
+    header,
+    huge_pax_after,
+    junk_devmajor,
+    member,
+    members_end,
+    sparse_map,
+    tar_stream,
+)
+from tests.test_evidence_archive import archive, finished_run, operator_cache  # noqa: F401  (fixtures)
 from tests.test_report_cli import runner_cli
-
-FORGED_LEDGER = b'{"forged": true}\n'
-FORGED_REPORT = b"# every cell passed\n"
-
-
-def tar_stream(tarball: Path) -> bytes:
-    return gzip.decompress(tarball.read_bytes())
-
-
-def gzipped(stream: bytes) -> bytes:
-    """``stream`` in the gzip member ``runner archive`` writes (no name, mtime 0)."""
-    out = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as zipped:
-        zipped.write(stream)
-    return out.getvalue()
-
-
-def members_end(stream: bytes) -> int:
-    """Where the genuine members end and the end-of-archive blocks begin."""
-    with tarfile.open(fileobj=io.BytesIO(stream)) as tar:
-        last = tar.getmembers()[-1]
-    return last.offset_data + padded(last.size)
-
-
-def padded(size: int) -> int:
-    return -(-size // BLOCK) * BLOCK
-
-
-def checksummed(block: bytearray) -> bytes:
-    block[148:156] = b" " * 8
-    block[148:156] = b"%06o\x00 " % sum(block)
-    return bytes(block)
-
-
-def header(name: str, size: int, **fields: bytes) -> bytes:
-    """A header as tarfile writes it, then ``fields`` (name: bytes) written over it."""
-    info = tarfile.TarInfo(name)
-    info.size, info.mode = size, 0o644
-    block = bytearray(info.tobuf(tarfile.PAX_FORMAT))
-    offsets = {"typeflag": 156, "linkname": 157, "devmajor": 329}
-    for field, value in fields.items():
-        block[offsets[field] : offsets[field] + len(value)] = value
-    return checksummed(block)
-
-
-def member(name: str, data: bytes, **fields: bytes) -> bytes:
-    return header(name, len(data), **fields) + data + bytes(padded(len(data)) - len(data))
-
-
-def ended(stream: bytes) -> bytes:
-    """Two zero blocks and the record's padding after ``stream``, as tarfile closes one."""
-    end = -(-(len(stream) + 2 * BLOCK) // RECORD) * RECORD
-    return stream + bytes(end - len(stream))
-
-
-def forged_after(tarball: Path, out: Path, *forged: bytes) -> tuple[Path, int]:
-    """The genuine members, then ``forged`` blocks where the end of the archive was; and the
-    offset of the first forged byte in the tar stream."""
-    stream = tar_stream(tarball)
-    end = members_end(stream)
-    out.write_bytes(gzipped(ended(stream[:end] + b"".join(forged))))
-    return out, end
 
 
 def refused(tarball: Path, key: Path, said: str) -> str:
@@ -142,12 +93,7 @@ def test_a_header_with_junk_devmajor_hides_forged_members_from_tarfile(
 ) -> None:
     """tarfile ends the archive at the junk header; GNU tar ignores the field and unpacks the
     forged report and ledger over the genuine ones."""
-    forged, at = forged_after(
-        archive,
-        tmp_path / "devmajor.tar.gz",
-        member("run/report.md", FORGED_REPORT, devmajor=b"junk\x00\x00\x00\x00"),
-        member("run/cells.jsonl", FORGED_LEDGER),
-    )
+    forged, at = junk_devmajor(archive, tmp_path / "devmajor.tar.gz")
     with tarfile.open(archive) as genuine, tarfile.open(forged) as python:
         assert len(python.getmembers()) == len(genuine.getmembers())
     listed = subprocess.run(["tar", "-tzf", str(forged)], capture_output=True, text=True)
@@ -170,13 +116,7 @@ def test_a_bad_checksum_block_before_forged_members_is_refused(
     tmp_path: Path,
 ) -> None:
     """GNU tar warns 'Skipping to next header' and unpacks what follows; tarfile stops."""
-    forged, at = forged_after(
-        archive,
-        tmp_path / "checksum.tar.gz",
-        b"J" * BLOCK,
-        member("run/report.md", FORGED_REPORT),
-        member("run/cells.jsonl", FORGED_LEDGER),
-    )
+    forged, at = bad_checksum_block(archive, tmp_path / "checksum.tar.gz")
     listed = subprocess.run(["tar", "-tzf", str(forged)], capture_output=True, text=True)
     assert "Skipping to next header" in listed.stderr and "run/cells.jsonl" in listed.stdout
     refused(
@@ -276,24 +216,12 @@ def test_a_gzip_header_runner_archive_does_not_write_is_refused(
     refused(out, key, f"{said}, `runner archive` writes {written}")
 
 
-def pax_header(records: bytes, size: int | None = None) -> bytes:
-    info = tarfile.TarInfo("././@PaxHeader")
-    info.size, info.type, info.mode = len(records) if size is None else size, tarfile.XHDTYPE, 0
-    return info.tobuf(tarfile.USTAR_FORMAT)
-
-
 def test_a_gnu_sparse_map_in_a_pax_header_is_refused_without_a_traceback(
     archive: Path,  # noqa: F811
     key: Path,
     tmp_path: Path,
 ) -> None:
-    records = b"23 GNU.sparse.map=junk\n"
-    forged, at = forged_after(
-        archive,
-        tmp_path / "sparse-map.tar.gz",
-        pax_header(records) + records + bytes(BLOCK - len(records)),
-        member("run/cells.jsonl", FORGED_LEDGER),
-    )
+    forged, at = sparse_map(archive, tmp_path / "sparse-map.tar.gz")
     refused(
         forged,
         key,
@@ -326,22 +254,7 @@ def test_a_huge_pax_header_is_refused_by_the_cap_before_it_is_read(
     """A pax header of 256 MiB (a comment, gzipped to a few hundred KiB): refused from its
     header block, its records never held in memory."""
     size = 256 << 20
-    prefix = b"%d comment=" % size
-    stream = tar_stream(archive)
-    end = members_end(stream)
-    out = tmp_path / "huge.tar.gz"
-    deflate = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
-    crc, total = 0, 0
-    with out.open("wb") as handle:
-        handle.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff")
-        chunks = [stream[:end], pax_header(b"", size), prefix]
-        chunks += [b"x" * (1 << 20)] * ((size - len(prefix) - 1) >> 20)
-        chunks += [b"x" * ((size - len(prefix) - 1) % (1 << 20)) + b"\n"]
-        chunks += [ended(member("run/cells.jsonl", FORGED_LEDGER))]
-        for chunk in chunks:
-            crc, total = zlib.crc32(chunk, crc), total + len(chunk)
-            handle.write(deflate.compress(chunk))
-        handle.write(deflate.flush() + crc.to_bytes(4, "little") + total.to_bytes(4, "little"))
+    out, end = huge_pax_after(archive, tmp_path / "huge.tar.gz", size)
     assert out.stat().st_size < 1 << 20
     said = f"at byte {end + 124} of the tar stream, a pax header of {size} B (at most 8192 B)"
     tracemalloc.start()

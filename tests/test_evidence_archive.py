@@ -13,7 +13,6 @@ import gzip
 import io
 import json
 import re
-import shutil
 import socket
 import subprocess
 import tarfile
@@ -31,16 +30,13 @@ from runner.core.roots import CACHE_ENV, REPO_ROOT
 from runner.freeze.manifest import OracleScore
 from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
-from runner.run import archive as archive_module
 from runner.run import check_archive as check_archive_module
 from runner.run import stats
 from runner.run.archive import (
     DEFAULT_SIZE_LIMIT,
-    ArchiveManifest,
     read_manifest,
     unpack,
     write_archive,
-    write_members,
 )
 from runner.run.check_archive import ArchiveBroken, check_archive, check_signatures
 from runner.run.execute import ExecuteOptions, execute
@@ -53,6 +49,14 @@ from tests.support.archive_readers import intact
 from tests.support.fake_lab import FakeLab
 from tests.support.fake_transport import FakeTransport, trial_tree
 from tests.support.freeze_factory import manifest_of
+from tests.support.hostile_archives import (
+    copy_of,
+    members_of,
+    packed,
+    rechained,
+    trial_results_digest_only,
+    with_extra_member,
+)
 from tests.test_failure_class import flaky_setup_guest
 from tests.test_report_cli import runner_cli
 
@@ -87,12 +91,6 @@ def archive(finished_run: Path) -> Path:
     return out
 
 
-def copy_of(run_dir: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / run_dir.name
-    shutil.copytree(run_dir, copy)
-    return copy
-
-
 def rearchived(run_dir: Path, tmp_path: Path, edit: Callable[[RunPaths], None]) -> Path:
     """The tamperer with the key: edits a copy of the run directory and archives it afresh."""
     copy = copy_of(run_dir, tmp_path)
@@ -111,18 +109,6 @@ def repacked(archive: Path, tmp_path: Path, edit: Callable[[RunPaths], None]) ->
     files = sorted(path for path in (tree / top).rglob("*") if path.is_file())
     packed(out, [(path.relative_to(tree).as_posix(), path.read_bytes()) for path in files])
     return out
-
-
-def packed(out: Path, members: list[tuple[str, bytes]]) -> Path:
-    """Members written in the archive's own format (runner.run.archive.write_members)."""
-    with out.open("wb") as handle:
-        write_members(handle, ((name, len(data), io.BytesIO(data)) for name, data in members))
-    return out
-
-
-def members_of(archive: Path) -> list[tuple[str, bytes]]:
-    with tarfile.open(archive) as tar:
-        return [(m.name, tar.extractfile(m).read()) for m in tar]  # type: ignore[union-attr]
 
 
 def broken(archive: Path) -> str:
@@ -210,24 +196,12 @@ def test_outcomes_not_re_judged_are_named_and_exit_2_unless_accepted(
 
 
 def test_a_trial_file_kept_by_digest_only_within_the_limit_is_refused(
-    finished_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    finished_run: Path, tmp_path: Path
 ) -> None:
     """The key holder marks a small trial file digest-only, to keep its outcome unjudged."""
-    honest = archive_module.archive_manifest
-
-    def hidden(*args: object) -> ArchiveManifest:
-        manifest = honest(*args)  # type: ignore[arg-type]
-        files = tuple(
-            entry.model_copy(update={"kept": False})
-            if entry.path.endswith("/result.json")
-            else entry
-            for entry in manifest.files
-        )
-        return manifest.model_copy(update={"files": files})
-
-    monkeypatch.setattr(archive_module, "archive_manifest", hidden)
     forged = tmp_path / "hidden.tar.gz"
-    write_archive(finished_run, forged)
+    with trial_results_digest_only():
+        write_archive(finished_run, forged)
     message = broken(forged)
     assert "kept by digest only" in message and "within the manifest's size limit" in message
     done = runner_cli("check-archive", str(forged), "--trust-signer-in-archive")
@@ -243,11 +217,7 @@ def test_a_ledger_value_edited_fail_to_pass_breaks_the_chain(
 
 def rewritten(paths: RunPaths, first_line: dict[str, object]) -> None:
     """The ledger written again, linked afresh, its first line changed; the report again."""
-    lines = Ledger(paths).lines()
-    paths.ledger.unlink()
-    for number, line in enumerate(lines):
-        Ledger(paths).append(line.model_copy(update=first_line if number == 0 else {}))
-    write_report(paths.run_dir)  # signed again with the operator's key
+    rechained(paths, lambda lines: [lines[0].model_copy(update=first_line), *lines[1:]])
 
 
 def test_a_pass_rechained_and_reported_disagrees_with_its_trial(
@@ -619,12 +589,6 @@ def test_a_compressed_file_the_scan_cannot_read_to_its_end_is_a_finding(
 
     message = broken(repacked(archive, tmp_path, plant))
     assert message.startswith(f"credential scan: {what}" + first.format("run/cells.jsonl"))
-
-
-def with_extra_member(archive: Path, out: Path, name: str, data: bytes, first: bool) -> Path:
-    """The archive with one more member, before or after the genuine ones."""
-    genuine = members_of(archive)
-    return packed(out, [(name, data), *genuine] if first else [*genuine, (name, data)])
 
 
 NOT_FIRST = "`runner archive` writes <run>/archive-manifest.json (at most 67108864 B) first"
