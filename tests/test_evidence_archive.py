@@ -30,6 +30,7 @@ from runner.core.roots import CACHE_ENV, REPO_ROOT
 from runner.freeze.manifest import OracleScore
 from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
+from runner.records.schedule import build_schedule
 from runner.run import check_archive as check_archive_module
 from runner.run import stats
 from runner.run.archive import (
@@ -38,12 +39,13 @@ from runner.run.archive import (
     unpack,
     write_archive,
 )
-from runner.run.check_archive import ArchiveBroken, check_archive, check_signatures
+from runner.run.check_archive import ArchiveBroken, check_archive, check_order, check_signatures
 from runner.run.execute import ExecuteOptions, execute
 from runner.run.judge import running_versions
 from runner.run.report import write_report
 from runner.run.signing import PublicKey
 from runner.run.stats import Interval, Proportion
+from runner.spec.lock import load_lock
 from runner.verify.report import VerifyReport
 from tests.support.archive_readers import intact
 from tests.support.fake_lab import FakeLab
@@ -55,8 +57,10 @@ from tests.support.hostile_archives import (
     packed,
     rechained,
     trial_results_digest_only,
+    two_lines_swapped,
     with_extra_member,
 )
+from tests.support.ledger_factory import line_for
 from tests.test_failure_class import flaky_setup_guest
 from tests.test_report_cli import runner_cli
 
@@ -775,3 +779,31 @@ def test_other_versions_excuse_no_edit_outside_the_statistics(
     forged = rearchived(finished_run, tmp_path, edit)
     under_other_scipy(monkeypatch)
     assert broken(forged) == "report.md: its tables do not recompute from the ledger"
+
+
+def test_two_ledger_lines_swapped_and_linked_afresh_break_the_schedule_order(
+    finished_run: Path, tmp_path: Path
+) -> None:
+    """The key holder swaps two lines of a serial run and re-chains and re-signs the ledger:
+    the chain holds, the order the schedule gave the run does not."""
+    paths = RunPaths(finished_run)
+    first, second = (line.cell_id for line in Ledger(paths).lines()[1:3])
+    forged = rearchived(finished_run, tmp_path, partial(rechained, edit=two_lines_swapped))
+    message = broken(forged)
+    assert message == (
+        f"cells.jsonl: {first} is recorded after {second}, which the schedule runs after it "
+        "(serial)"
+    )
+
+
+def test_a_batch_per_host_run_keeps_each_batch_in_order_not_the_whole_run() -> None:
+    """On a fleet, batches run at once on different hosts: their lines interleave, each batch's
+    own in the schedule's order."""
+    schedule = build_schedule(load_lock(DEMO))
+    first, second = schedule.batches[0].cells[:2]
+    interleaved = [line_for(cell) for cell in (first, schedule.batches[1].cells[0], second)]
+    check_order(schedule, interleaved, "batch-per-host")
+    with pytest.raises(ArchiveBroken, match="which the schedule runs after it"):
+        check_order(schedule, interleaved, "serial")
+    with pytest.raises(ArchiveBroken, match=f"{first.id} is recorded after {second.id}"):
+        check_order(schedule, [line_for(second), line_for(first)], "batch-per-host")

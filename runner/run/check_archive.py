@@ -14,7 +14,8 @@ The links, checked in this order; the first that does not hold is the verdict:
 3. every member is in the manifest with its sha256, and every file the manifest keeps is there;
 4. the ledger's hash chain links every line, from the run's seed to the receipt's head;
 5. the ledger has each scheduled cell once, on the attempt its records say finished (the
-   interrupted and retried attempts kept apart, under attempts/);
+   interrupted and retried attempts kept apart, under attempts/), in the schedule's order
+   (every cell of a serial run; each batch's own cells of a batch-per-host run);
 6. every file a ledger line names has the sha256 the line records;
 7. every outcome agrees with its own trial's evidence, read as the cell runner read it
    (runner.cells.classify);
@@ -75,6 +76,7 @@ from runner.run.judge import Judge, running_versions
 from runner.run.receipt import BatchReceipt, Receipt, Status
 from runner.run.report import load_run, markdown, report_blocks
 from runner.run.signing import PublicKey, verify
+from runner.spec.lock import Placement
 
 # What the cell runner may have overruled, by what the trial says (runner/cells/cell.py).
 _OVERRULED: dict[Outcome, tuple[OverruledBy, ...]] = {
@@ -290,6 +292,25 @@ def check_schedule(paths: RunPaths, lines: list[LedgerLine], receipt: Receipt) -
     missing = scheduled - {line.cell_id for line in lines}
     if missing and receipt.status != "failed_closed":
         raise ArchiveBroken(f"cells.jsonl: no line for {sorted(missing)[0]}, receipt not failed")
+    held = receipt.placement.held if receipt.placement is not None else "serial"
+    check_order(schedule, lines, held)
+
+
+def check_order(schedule: Schedule, lines: list[LedgerLine], held: Placement) -> None:
+    """Cells run one at a time in schedule order: on one lab every cell (serial), on a fleet
+    each batch's own (batch-per-host). A line recorded before one the schedule puts ahead of
+    it is an order the run did not have (lines swapped, then linked afresh by a key holder)."""
+    order = {cell.id: index for index, cell in enumerate(schedule.cells)}
+    last: dict[str, LedgerLine] = {}
+    for line in lines:
+        group = "run" if held == "serial" else line.batch
+        before = last.get(group)
+        if before is not None and order[line.cell_id] < order[before.cell_id]:
+            raise ArchiveBroken(
+                f"cells.jsonl: {line.cell_id} is recorded after {before.cell_id}, which the "
+                f"schedule runs after it ({held})"
+            )
+        last[group] = line
 
 
 def check_attempts(paths: RunPaths, line: LedgerLine) -> None:
