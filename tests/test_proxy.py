@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from multidict import CIMultiDict
 
 from runner.core.errors import RunnerError
 from runner.core.files import read_model
@@ -690,5 +691,37 @@ def test_an_answer_in_an_encoding_the_proxy_cannot_read_is_a_502(
             assert b"opaque" not in await response.read()
         counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
         assert (counts.physical_posts, counts.requests[0].outcome) == (1, "upstream_failed")
+
+    with_upstream(upstream, client, tls=ca)
+
+
+@pytest.mark.parametrize(
+    ("encodings", "decoded"),
+    [(("identity", "gzip"), True), (("gzip", "identity"), True), (("gzip", "gzip"), False)],
+)
+def test_every_content_encoding_line_of_an_answer_is_read(
+    proxy: CredentialProxy, ca: LoopbackCA, encodings: tuple[str, ...], decoded: bool
+) -> None:
+    """Two Content-Encoding lines: the codings of both count, so a gzip body under a first line
+    of identity is decoded (before: passed on compressed, its usage and any key unread); a body
+    coded twice is not read, so it is never passed on."""
+    body = USAGE
+    for encoding in encodings:
+        if encoding == "gzip":
+            body = packed(body, "gzip")
+
+    async def upstream(request: web.Request) -> web.StreamResponse:
+        headers = CIMultiDict([("Content-Type", "application/json")])
+        for encoding in encodings:
+            headers.add("Content-Encoding", encoding)
+        return web.Response(body=body, headers=headers)
+
+    async def client(base_url: str) -> None:
+        async with chat_through(proxy, base_url, ca_bundle=ca.bundle) as (_bearer, response):
+            assert response.status == (200 if decoded else 502)
+            answer = await response.read()
+        assert (answer == USAGE) is decoded
+        counts = await asyncio.to_thread(proxy.close_cell, "cell-1")
+        assert (counts.total_tokens == 10) is decoded
 
     with_upstream(upstream, client, tls=ca)

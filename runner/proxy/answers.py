@@ -39,14 +39,17 @@ class UnreadableEncoding(Exception):
 
 
 def _decoder_for(content_encoding: str | None) -> tuple[Decoder, Callable[[], bytes]]:
-    """(decode a chunk, flush at the end) for the answer's Content-Encoding."""
-    encoding = (content_encoding or "identity").strip().lower()
-    if encoding == "identity":
+    """(decode a chunk, flush at the end) for the answer's Content-Encoding: every coding it
+    lists, over all its header lines (``identity`` then ``gzip`` is gzip); one coding at most
+    besides identity, for a body coded twice is not read."""
+    codings = [c.strip().lower() for c in (content_encoding or "").split(",")]
+    applied = [coding for coding in codings if coding not in ("", "identity")]
+    if not applied:
         return (lambda chunk: chunk), (lambda: b"")
     wbits = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
-    if encoding not in wbits:
-        raise UnreadableEncoding(encoding)
-    inflater = zlib.decompressobj(wbits[encoding])
+    if len(applied) > 1 or applied[0] not in wbits:
+        raise UnreadableEncoding(", ".join(applied))
+    inflater = zlib.decompressobj(wbits[applied[0]])
     return inflater.decompress, inflater.flush
 
 

@@ -616,7 +616,9 @@ class CredentialProxy:
                 exchange.status = upstream.status
                 event_stream = "text/event-stream" in upstream.headers.get("Content-Type", "")
                 answer = AnswerFilter(
-                    upstream.headers.get("Content-Encoding"), cell.key, event_stream
+                    ", ".join(upstream.headers.getall("Content-Encoding", ())),
+                    cell.key,
+                    event_stream,
                 )
                 if not event_stream:
                     return await _whole_answer(upstream, answer, exchange)
