@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -11,12 +13,21 @@ import pytest
 
 from runner.lab.transport import GuestError, SshTransport, connection_errors, read_channel
 
+# Always readable: a fake channel's output is there whenever it says so.
+_READABLE, _WRITE_END = os.pipe()
+os.write(_WRITE_END, b".")
+
 
 class ChattyChannel:
     """A command that prints forever and never exits."""
 
     def __init__(self) -> None:
         self.closed = False
+        self.eof_received = False
+        self.status_event = threading.Event()
+
+    def fileno(self) -> int:
+        return _READABLE
 
     def recv_ready(self) -> bool:
         return True
@@ -47,6 +58,7 @@ class FinishedChannel(ChattyChannel):
         super().__init__()
         self.stdout = [b"last words"]
         self.eof_received = True
+        self.status_event.set()
 
     def recv_ready(self) -> bool:
         return bool(self.stdout)

@@ -10,9 +10,12 @@ a ``GuestError`` naming the guest and what was being done, never as a Paramiko t
 from __future__ import annotations
 
 import io
+import math
+import select
 import shlex
 import socket
 import tarfile
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -31,7 +34,8 @@ from runner.core.errors import RunnerError
 # What a dropped or refused SSH connection raises from inside Paramiko.
 CONNECTION_ERRORS = (OSError, socket.timeout, paramiko.SSHException, EOFError)
 _CHUNK = 1 << 20
-_IDLE_SECONDS = 0.02
+# The longest a read loop sleeps on a quiet channel before it looks at its deadlines again.
+_TICK_SECONDS = 1.0
 # After a command's exit status: how long its output may take to reach its end (EOF).
 _DRAIN_SECONDS = 10.0
 
@@ -115,6 +119,11 @@ def require_ok(result: ExecResult) -> ExecResult:
 class Channel(Protocol):
     """The part of ``paramiko.Channel`` that reading a command's output uses."""
 
+    eof_received: int  # paramiko sets it on the peer's EOF (its stubs say int: 0 or 1)
+    closed: bool
+    status_event: threading.Event  # set when the exit status arrived (or the channel closed)
+
+    def fileno(self) -> int: ...
     def recv_ready(self) -> bool: ...
     def recv(self, nbytes: int) -> bytes: ...
     def recv_stderr_ready(self) -> bool: ...
@@ -124,39 +133,52 @@ class Channel(Protocol):
     def close(self) -> None: ...
 
 
+def _await_channel(channel: Channel, seconds: float) -> None:
+    """Sleep until the channel has something new, or ``seconds`` (at most _TICK_SECONDS) pass.
+    Paramiko's ``fileno`` is readable while either output stream holds data and for good after
+    EOF or close; after those only the exit status can still come, so its event is awaited."""
+    seconds = max(0.0, min(seconds, _TICK_SECONDS))
+    if channel.eof_received or channel.closed:
+        channel.status_event.wait(seconds)
+    else:
+        select.select([channel], [], [], seconds)
+
+
 def read_channel(
     channel: Channel, timeout: float | None, clock: Callable[[], float] = time.monotonic
 ) -> tuple[int | None, bytes, bytes]:
     """(exit code, stdout, stderr) of a command; exit code None when ``timeout`` seconds passed
-    first. The deadline is checked on every turn, so a command that never stops printing still
-    times out; the channel is then closed."""
-    started = clock()
+    before it exited (the channel is then closed). A command's output is complete at its exit
+    status and its EOF both: OpenSSH sends the exit status as soon as the command exits and
+    drains its pipes after (a listing of the guest's firewall was once cut at 8,192 bytes so,
+    commit 9aaea26); after the exit status the rest is awaited for at most _DRAIN_SECONDS,
+    should something the command started keep its output open. One chunk of each stream is read
+    per turn, so the deadlines are looked at even while a command prints without end."""
+    deadline = math.inf if timeout is None else clock() + timeout
+    drained_by = math.inf
     stdout, stderr = bytearray(), bytearray()
-    while not channel.exit_status_ready():
-        if timeout is not None and clock() - started > timeout:
+    while True:
+        # Looked at before reading: EOF (or the close) and the exit status follow all output.
+        complete = channel.exit_status_ready() and (channel.eof_received or channel.closed)
+        read = False
+        if channel.recv_ready():
+            stdout += channel.recv(_CHUNK)
+            read = True
+        if channel.recv_stderr_ready():
+            stderr += channel.recv_stderr(_CHUNK)
+            read = True
+        now = clock()
+        if complete and not read:
+            break
+        if channel.exit_status_ready():
+            drained_by = min(drained_by, now + _DRAIN_SECONDS)
+            if now > drained_by:
+                break
+        elif now > deadline:
             channel.close()
             return None, bytes(stdout), bytes(stderr)
-        if channel.recv_ready():
-            stdout += channel.recv(_CHUNK)
-        elif channel.recv_stderr_ready():
-            stderr += channel.recv_stderr(_CHUNK)
-        else:
-            time.sleep(_IDLE_SECONDS)
-    # The command ended, but OpenSSH sends its exit status as soon as it exits and drains its
-    # pipes after: the rest of its output may still be on the way (a listing of the guest's
-    # firewall was cut at 8,192 bytes so). Read on until the channel's EOF, or for a bounded
-    # time should something the command started keep its output open.
-    drained_by = clock() + _DRAIN_SECONDS
-    while True:
-        if channel.recv_ready():
-            stdout += channel.recv(_CHUNK)
-        elif channel.recv_stderr_ready():
-            stderr += channel.recv_stderr(_CHUNK)
-        # Channel.eof_received: paramiko sets it on the peer's EOF; its type stubs omit it.
-        elif channel.eof_received or clock() > drained_by:  # type: ignore[attr-defined]
-            break
-        else:
-            time.sleep(_IDLE_SECONDS)
+        if not read:
+            _await_channel(channel, min(deadline, drained_by) - now)
     return channel.recv_exit_status(), bytes(stdout), bytes(stderr)
 
 
@@ -175,7 +197,7 @@ def _await_output(channel: paramiko.Channel, ready: bytes, wait_seconds: float) 
         if channel.recv_ready():
             seen += channel.recv(_CHUNK)
         else:
-            time.sleep(_IDLE_SECONDS)
+            _await_channel(channel, deadline - time.monotonic())
 
 
 class ClosedOnExit(ABC):
