@@ -30,14 +30,19 @@ from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_fixe
 
 from runner.core.archives import extract
 from runner.core.errors import RunnerError
+from runner.lab.host_key import known_hosts_name, pinned_key, refused
+from runner.lab.state import LabState
 
 # What a dropped or refused SSH connection raises from inside Paramiko.
 CONNECTION_ERRORS = (OSError, socket.timeout, paramiko.SSHException, EOFError)
 _CHUNK = 1 << 20
 # The longest a read loop sleeps on a quiet channel before it looks at its deadlines again.
 _TICK_SECONDS = 1.0
+# Each step of reaching a guest (a guest starved of CPU under TCG can accept and then stall).
+_STEP_SECONDS = 60.0
 # After a command's exit status: how long its output may take to reach its end (EOF).
 _DRAIN_SECONDS = 10.0
+_BANNER = b"SSH-"
 
 
 class ExecResult(BaseModel):
@@ -219,18 +224,27 @@ class ClosedOnExit(ABC):
 
 
 class SshTransport(ClosedOnExit):
-    """``GuestTransport`` over Paramiko SSH."""
+    """``GuestTransport`` over Paramiko SSH, refusing any host key but the lab's pinned one."""
 
-    def __init__(self, host: str, port: int, key_path: Path, user: str = "root") -> None:
-        self.host, self.port, self.key_path, self.user = host, port, key_path, user
+    def __init__(self, lab: LabState) -> None:
+        self.lab = lab
+        self.host, self.port, self.user = lab.ssh_host, lab.ssh_port, lab.ssh_user
+        self.key_path = Path(lab.private_key)
+        self.host_key = pinned_key(lab)
         self._client: paramiko.SSHClient | None = None
+
+    @classmethod
+    def for_lab(cls, lab: LabState) -> SshTransport:
+        """The one way a transport to a lab's guest is made: from its lab.json."""
+        return cls(lab)
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
     def connect(self, wait_seconds: float = 0) -> Self:
-        """Connect, retrying for up to ``wait_seconds`` while the guest boots."""
+        """Connect, retrying for up to ``wait_seconds`` while the guest boots; a guest that
+        offers another host key is refused at once (``HostKeyError``), never retried."""
 
         @retry(
             retry=retry_if_exception_type(CONNECTION_ERRORS),
@@ -240,19 +254,26 @@ class SshTransport(ClosedOnExit):
         )
         def attempt() -> paramiko.SSHClient:
             client = paramiko.SSHClient()
-            # The lab's host key is generated at the guest's first boot; the port is loopback-only.
-            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-            client.connect(
-                self.host,
-                port=self.port,
-                username=self.user,
-                key_filename=str(self.key_path),
-                timeout=10,
-                banner_timeout=30,
-                auth_timeout=30,
-                allow_agent=False,
-                look_for_keys=False,
+            client.get_host_keys().add(
+                known_hosts_name(self.lab), self.host_key.get_name(), self.host_key
             )
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            try:
+                client.connect(
+                    self.host,
+                    port=self.port,
+                    username=self.user,
+                    key_filename=str(self.key_path),
+                    timeout=10,
+                    banner_timeout=30,
+                    auth_timeout=30,
+                    channel_timeout=_STEP_SECONDS,
+                    allow_agent=False,
+                    look_for_keys=False,
+                )
+            except paramiko.BadHostKeyException as error:
+                client.close()
+                raise refused(self.lab, error.key) from None
             transport = client.get_transport()
             if transport is not None:
                 transport.set_keepalive(15)
@@ -351,3 +372,30 @@ class SshTransport(ClosedOnExit):
         with tarfile.open(fileobj=io.BytesIO(bytes(data)), mode="r") as archive:
             extract(archive, local_parent)
         return local_parent / name
+
+
+def wait_for_sshd(lab: LabState, wait_seconds: float, poll_seconds: float = 0.05) -> None:
+    """Wait up to ``wait_seconds`` for the guest's sshd to send its banner through QEMU's port
+    forward: QEMU accepts on the host port itself even while the guest does not listen (or
+    runs at all), so only the banner says the guest answers. Probing it first also keeps
+    Paramiko, which logs a traceback per refused handshake, out of a boot wait."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            with socket.create_connection((lab.ssh_host, lab.ssh_port), timeout=5) as probe:
+                probe.settimeout(5)
+                if probe.recv(len(_BANNER)) == _BANNER:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() >= deadline:
+            raise GuestError(f"the guest's sshd did not answer on {lab.ssh_host}:{lab.ssh_port}")
+        time.sleep(poll_seconds)
+
+
+def guest_machine(lab: LabState, wait_seconds: float = 0) -> str:
+    """The guest's ``uname -m`` over SSH, waiting up to ``wait_seconds`` for its sshd; every
+    step is bounded, so this never hangs."""
+    wait_for_sshd(lab, wait_seconds, poll_seconds=2.0)
+    with SshTransport.for_lab(lab).connect() as guest:
+        return guest.check("uname -m", timeout=_STEP_SECONDS).stdout.strip()
