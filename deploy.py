@@ -11,10 +11,10 @@ from pathlib import Path
 from pyinfra import host
 
 from deploy.errors import one_line_errors
-from deploy.guest.operations import lab_guest_answers
 from deploy.guest.provision import guest_provisioning, plan_guest
 from deploy.hypervisor import hypervisor_prerequisites
 from deploy.lab import SSH_WAIT_SECONDS, lab_vm, prepare_lab
+from deploy.operations.guest import ssh_answers
 from images.store import ImageStore
 from runner.lab.state import HypervisorPaths, LabPaths
 from runner.spec.resolution import load_resolved_lock
@@ -44,6 +44,6 @@ with one_line_errors():
     # ---- Guest side (deploy/guest/), on the "@lab/<lab>" host, once the VM is up ----------
     # Every host runs this one operation: pyinfra orders operations per host, and this shared
     # one puts the guest's operations after the hypervisor's.
-    lab_guest_answers(name="Lab guest answers SSH", lab=lab, wait_seconds=SSH_WAIT_SECONDS)
+    ssh_answers(name="Lab guest answers SSH", lab=lab, wait_seconds=SSH_WAIT_SECONDS)
     if host.data.get("lab_guest"):
         guest_provisioning(plan=plan_guest(lock, Path(host.data.lock), lab))

@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from runner.freeze.record import guest_transport
 from runner.freeze.reset import reset_lab
 from runner.lab.mirror import lab_mirror
 from runner.lab.oracle_run import ORACLE_TRIALS, run_oracle
 from runner.lab.state import LabPaths, load_lab_state
+from runner.lab.transport import SshTransport
 from runner.spec.resolution import load_resolved_lock, resolution_path
 
 
@@ -34,7 +34,7 @@ def main() -> None:
     try:
         with (
             lab_mirror(args.lab, resolution_path(args.lock, lock)),
-            guest_transport(lab).connect(60) as guest,
+            SshTransport.for_lab(lab).connect(60) as guest,
         ):
             for number in range(1, args.runs + 1):
                 run = run_oracle(guest, args.task)

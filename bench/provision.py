@@ -32,6 +32,7 @@ from runner.lab.layout import AGENT_USER, ARTIFACTS_MOUNT_TAG, GUEST
 from runner.lab.state import REPO_ROOT, LabPaths, LabState, load_lab_state
 from runner.lab.transport import SshTransport
 from runner.spec.lock import load_lock
+from runner.verify.audit import ssh_host_vars
 
 SHARE_TARGET_MB_S = 50.0
 SPEEDUP_TARGET = 3.0
@@ -150,16 +151,8 @@ def ansible_reprovision(lab: LabState, plan: GuestPlan) -> tuple[float, str]:
         (root / "project").mkdir()
         (root / "inventory").mkdir()
         (root / "project" / "provision.yml").write_text(yaml.safe_dump(same_checks_playbook(plan)))
-        host = {
-            "ansible_host": lab.ssh_host,
-            "ansible_port": lab.ssh_port,
-            "ansible_user": lab.ssh_user,
-            "ansible_ssh_private_key_file": lab.private_key,
-            "ansible_python_interpreter": "/usr/bin/python3",
-            "ansible_ssh_common_args": "-o StrictHostKeyChecking=no "
-            "-o UserKnownHostsFile=/dev/null -o IdentitiesOnly=yes",
-        }
-        inventory = {"all": {"hosts": {"guest": host}}}
+        # As the audit reaches the guest: strict against the lab's pinned host key.
+        inventory = {"all": {"hosts": {"guest": ssh_host_vars(lab)}}}
         (root / "inventory" / "hosts.json").write_text(json.dumps(inventory))
         started = time.monotonic()
         result = ansible_runner.run(
@@ -191,9 +184,7 @@ def main() -> int:
     state = load_lab_state(LabPaths.for_lab(lab))
     lock_path = Path(os.environ.get("LOCK", "locks/demo.toml"))
     plan = plan_guest(load_lock(REPO_ROOT / lock_path), REPO_ROOT / lock_path, lab)
-    with SshTransport(
-        state.ssh_host, state.ssh_port, Path(state.private_key), state.ssh_user
-    ).connect(60) as guest:
+    with SshTransport.for_lab(state).connect(60) as guest:
         node = plan.runtimes[0]
         over_9p, over_ssh = share_rate(guest, node.digest)
     print(f"read of {node.unit}'s tarball in the guest: 9p share {over_9p:.1f} MB/s "

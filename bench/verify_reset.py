@@ -26,10 +26,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from runner.freeze.record import guest_transport
-from runner.freeze.reset import reset_lab, wait_for_banner
+from runner.freeze.reset import reset_lab
 from runner.lab.state import LabPaths, LabState, lab_name_from_env, load_lab_state
-from runner.lab.transport import GuestError
+from runner.lab.transport import GuestError, SshTransport, wait_for_sshd
 from runner.verify.audit import audit_lab, render_drifts
 
 REBOOT_WAIT_SECONDS = 1800.0  # a reboot under TCG on a busy 2-core host took over 600 s
@@ -54,7 +53,7 @@ def sshd_gone(lab: LabState) -> None:
     deadline = time.monotonic() + REBOOT_WAIT_SECONDS
     while time.monotonic() < deadline:
         try:
-            wait_for_banner(lab, wait_seconds=0)
+            wait_for_sshd(lab, 0)
         except GuestError:
             return
         time.sleep(0.2)
@@ -63,13 +62,13 @@ def sshd_gone(lab: LabState) -> None:
 
 def reboot_seconds(lab: LabState) -> tuple[float, float]:
     """(until the sshd banner, until an SSH session ran a command) after ``systemctl reboot``."""
-    with guest_transport(lab).connect(60) as guest:
+    with SshTransport.for_lab(lab).connect(60) as guest:
         started = time.monotonic()
         guest.exec("systemctl reboot", timeout=10)
     sshd_gone(lab)
-    wait_for_banner(lab, REBOOT_WAIT_SECONDS)
+    wait_for_sshd(lab, REBOOT_WAIT_SECONDS)
     banner = time.monotonic() - started
-    with guest_transport(lab).connect(REBOOT_WAIT_SECONDS) as guest:
+    with SshTransport.for_lab(lab).connect(REBOOT_WAIT_SECONDS) as guest:
         guest.check("true", timeout=60)
     return banner, time.monotonic() - started
 

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from deploy.acceleration import choose_acceleration
 from deploy.domain_xml import DomainSpec, lab_uuid, render_domain
-from deploy.operations import guest, libvirt
+from deploy.operations import libvirt
 from images.manifest import ImageManifest
 from images.paths import ImagePaths
 from runner.cache.paths import CachePaths
@@ -114,12 +114,15 @@ def prepare_lab(
         acceleration = previous.acceleration
         ssh_port, proxy_port = previous.ssh_port, previous.proxy_port
         mirror_port = previous.mirror_port or _free_loopback_port()
+        # Pinned when the guest first answered; its disk keeps its key until `runner rebuild`.
+        ssh_host_key = previous.ssh_host_key
     else:
         acceleration = choose_acceleration(
             virt.connect(libvirt_uri), lock.guest.arch, str(image.vmlinuz), str(image.initrd)
         )
         ssh_port, proxy_port = _free_loopback_port(), _free_loopback_port()
         mirror_port = _free_loopback_port()
+        ssh_host_key = None
     volumes = LabVolumes.for_lab(name, manifest)
     state = LabState(
         lab=lab,
@@ -136,6 +139,7 @@ def prepare_lab(
         ssh_port=ssh_port,
         proxy_port=proxy_port,
         mirror_port=mirror_port,
+        ssh_host_key=ssh_host_key,
         private_key=str(paths.private_key),
         image=ImageRef(
             store_dir=str(image.dir),
@@ -196,4 +200,3 @@ def lab_vm(state: LabState, lock: Lock, manifest: ImageManifest, image: ImagePat
         name=f"Lab domain ({state.acceleration.kind}: {state.acceleration.reason})",
         definition=render_domain(domain_spec(state, lock, manifest)),
     )
-    guest.ssh_answers(name="Guest answers SSH", lab=state, wait_seconds=SSH_WAIT_SECONDS)

@@ -2,7 +2,8 @@
 
 The contract: hostname benchvm; fstab by LABEL=root; DHCP by systemd-networkd with nothing
 waiting for network-online; sshd with key-only root login, no DNS lookups and no host keys in
-the image (sshd-keygen.service makes one at boot); root's key from the kernel command line
+the image (sshd-keygen.service makes one at boot, and lab-host-key.service prints its public half
+to the serial console for the host to pin); root's key from the kernel command line
 (lab.authorized_key=, see guest/usr/local/sbin/lab-authorized-key); empty machine-id; no apt
 sources and no timers that would run during a benchmark.
 """

@@ -125,6 +125,7 @@ class Recipe(_Constants):
         "ssh.service",
         "sshd-keygen.service",
         "lab-authorized-key.service",
+        "lab-host-key.service",
     )
     # Nothing may wait for the network at boot. (Every timer is masked too: images/configure.py.)
     units_masked: tuple[str, ...] = ("systemd-networkd-wait-online.service",)

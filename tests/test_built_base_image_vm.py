@@ -15,11 +15,10 @@ from collections.abc import Iterator
 import pytest
 
 from runner.core.roots import REPO_ROOT
-from runner.freeze.record import guest_transport
 from runner.lab.layout import GUEST
 from runner.lab.mirror import lab_mirror, read_requests
 from runner.lab.state import LabPaths, LabState, load_lab_state
-from runner.lab.transport import GuestTransport
+from runner.lab.transport import GuestTransport, SshTransport
 from tests.support.vm_fixtures import VM_TEST_LAB, vm_lab  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.vm, pytest.mark.guest]
@@ -47,7 +46,9 @@ CHECKS = (
 
 @pytest.fixture(scope="module")
 def guest(vm_lab: LabState) -> Iterator[GuestTransport]:  # noqa: F811
-    with guest_transport(load_lab_state(LabPaths.for_lab(VM_TEST_LAB))).connect(120) as transport:
+    with SshTransport.for_lab(load_lab_state(LabPaths.for_lab(VM_TEST_LAB))).connect(
+        120
+    ) as transport:
         yield transport
         transport.exec(f"podman rmi --force {CHILD} >/dev/null 2>&1; rm -rf {CONTEXT}", timeout=300)
 

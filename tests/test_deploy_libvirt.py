@@ -36,8 +36,10 @@ from deploy.domain_xml import (
 )
 from deploy.facts.libvirt import Domain, StoragePool, StorageVolume
 from deploy.operations import libvirt as libvirt_ops
-from deploy.operations.guest import wait_for_guest_arch
+from deploy.operations.guest import wait_for_guest
 from runner.core.errors import RunnerError
+from runner.core.files import write_model
+from runner.core.roots import CACHE_ENV
 from runner.lab import libvirt as virt
 from runner.lab.state import Acceleration, ImageRef, LabPaths, LabState
 from runner.lab.teardown import remove_orphaned_lab, teardown_lab
@@ -283,7 +285,10 @@ def test_a_lab_whose_files_are_there_is_no_orphan(
     assert virt.find_domain(conn, DOMAIN) is not None or "define_domain" not in given
 
 
-def test_a_boot_wait_ends_at_once_when_the_vm_does_not_run(uri: str, tmp_path: Path) -> None:
+def test_a_boot_wait_ends_at_once_when_the_vm_does_not_run(
+    uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     lab = LabState(
         lab=LAB,
         environment_fingerprint="sha256:" + "0" * 64,
@@ -301,12 +306,13 @@ def test_a_boot_wait_ends_at_once_when_the_vm_does_not_run(uri: str, tmp_path: P
         proxy_port=40080,
         image=ImageRef(store_dir="/images", input_hash="0", root_sha256="sha256:" + "0" * 64),
     )
+    write_model(LabPaths.for_lab(LAB).state, lab)
     started = time.monotonic()
     with pytest.raises(GuestError, match=f"its VM {DOMAIN} is absent"):
-        wait_for_guest_arch(lab, wait_seconds=900)
+        wait_for_guest(LAB, wait_seconds=900)
     GIVEN["define_domain"](virt.connect(uri), uri)  # defined, never started
     with pytest.raises(GuestError, match=f"its VM {DOMAIN} is shutoff"):
-        wait_for_guest_arch(lab, wait_seconds=900)
+        wait_for_guest(LAB, wait_seconds=900)
     assert time.monotonic() - started < 5
 
 

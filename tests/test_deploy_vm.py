@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from runner.core.roots import REPO_ROOT
-from runner.lab.state import LabPaths, guest_machine, libvirt_name, load_lab_state
+from runner.lab.state import LabPaths, libvirt_name, load_lab_state
+from runner.lab.transport import guest_machine
 from runner.spec.lock import load_lock
 from tests.support.run_labs import lab_for
 

@@ -129,7 +129,7 @@ def plant_once_the_cell_runs(lab: LabState, paths: RunPaths, command: str) -> No
     while time.monotonic() - started < 600:
         try:
             first = read_model(paths.schedule, Schedule).cells[0].id
-            transport = SshTransport(lab.ssh_host, lab.ssh_port, Path(lab.private_key))
+            transport = SshTransport.for_lab(lab)
             with transport.connect(60) as guest:
                 if guest.exec(f"test -d /srv/trials/{first}", timeout=30).exit_code == 0:
                     guest.check(command, timeout=30)
@@ -161,9 +161,7 @@ def test_a_cell_past_its_deadline_is_indeterminate_and_leaves_nothing(
         assert line.reason.startswith("deadline passed"), line.reason
         assert "0 processes and 0 containers left" in line.reason
         assert line.wall_seconds < DEADLINE_SECONDS + 60
-    guest = SshTransport(
-        frozen_lab.ssh_host, frozen_lab.ssh_port, Path(frozen_lab.private_key)
-    ).connect(60)
+    guest = SshTransport.for_lab(frozen_lab).connect(60)
     with guest:
         assert guest.check("podman ps -aq | wc -l").stdout.strip() == "0"
         assert guest.exec("pgrep -f 'harbor trial'").exit_code == 1

@@ -22,9 +22,9 @@ from runner.core.files import read_model
 from runner.core.roots import REPO_ROOT
 from runner.freeze.manifest import FreezeManifest
 from runner.freeze.paths import FreezePaths
-from runner.freeze.record import guest_transport
 from runner.lab.egress import TABLE
 from runner.lab.state import LabState
+from runner.lab.transport import SshTransport
 from runner.proxy.bearer import new_bearer
 from runner.verify.report import VerifyReport
 from tests.support.runner_cli import on_lab
@@ -273,7 +273,7 @@ def test_verify_passes_after_a_reset(frozen_lab: LabState, tmp_path: Path) -> No
 @pytest.fixture(scope="module")
 def planted(frozen_lab: LabState, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:  # noqa: F811
     """Every change of PLANTS made in the running guest, then one `runner verify`."""
-    with guest_transport(frozen_lab).connect(60) as guest:
+    with SshTransport.for_lab(frozen_lab).connect(60) as guest:
         for command, _ in PLANTS.values():
             guest.check(command, timeout=300)
     report = tmp_path_factory.mktemp("planted") / "v.json"
@@ -313,7 +313,7 @@ def test_reset_takes_every_planted_change_away(frozen_lab: LabState, tmp_path: P
     result = runner("reset", lab=frozen_lab.lab)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SSH answering after" in result.stdout
-    with guest_transport(frozen_lab).connect(60) as guest:
+    with SshTransport.for_lab(frozen_lab).connect(60) as guest:
         assert guest.exec("test -e /etc/cron.d/x", timeout=60).exit_code == 1
         assert guest.exec("lsmod | grep -q '^dummy '", timeout=60).exit_code == 1
     verify_passes(frozen_lab, tmp_path)

@@ -24,10 +24,9 @@ from runner.cache.paths import CachePaths
 from runner.cache.store import ArtifactStore
 from runner.core.oci import OciImage, read_oci_archive
 from runner.core.roots import REPO_ROOT
-from runner.freeze.record import guest_transport
 from runner.lab.layout import GUEST
 from runner.lab.state import LabPaths, LabState, load_lab_state
-from runner.lab.transport import GuestTransport
+from runner.lab.transport import GuestTransport, SshTransport
 from runner.spec.lock import RegistryImage
 from runner.spec.platform import GuestPlatform
 from runner.spec.resolution import PinnedArtifact
@@ -58,7 +57,9 @@ def pinned(tmp_path_factory: pytest.TempPathFactory) -> tuple[PinnedArtifact, Oc
 
 @pytest.fixture(scope="module")
 def guest(vm_lab: LabState) -> Iterator[GuestTransport]:  # noqa: F811
-    with guest_transport(load_lab_state(LabPaths.for_lab(VM_TEST_LAB))).connect(120) as transport:
+    with SshTransport.for_lab(load_lab_state(LabPaths.for_lab(VM_TEST_LAB))).connect(
+        120
+    ) as transport:
         # The artifact share, as provisioning has it (a freeze unmounts it: QEMU cannot save a
         # guest with a 9p export mounted); unmounted again at the end, as the freeze left it.
         share = GUEST.artifacts_mount

@@ -54,9 +54,7 @@ def guest(vm_lab: LabState) -> Iterator[GuestTransport]:  # noqa: F811
     result = deploy("--limit", "lab_guests")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     state = load_lab_state(LabPaths.for_lab(LAB))
-    with SshTransport(
-        state.ssh_host, state.ssh_port, Path(state.private_key), state.ssh_user
-    ).connect(120) as transport:
+    with SshTransport.for_lab(state).connect(120) as transport:
         yield transport
 
 

@@ -365,7 +365,7 @@ def test_newc_archive_is_what_cpio_reads(tmp_path: Path) -> None:
 
 
 def test_init_scripts_parse() -> None:
-    for script in (INITRAMFS_INIT, GUEST_OVERLAY_DIR / "usr/local/sbin/lab-authorized-key"):
+    for script in (INITRAMFS_INIT, KEY_SCRIPT, HOST_KEY_SCRIPT):
         subprocess.run(["sh", "-n", str(script)], check=True)
 
 
@@ -511,6 +511,23 @@ def test_key_script_refuses_what_is_not_a_public_key(tmp_path: Path) -> None:
 def test_no_key_parameter_changes_nothing(tmp_path: Path) -> None:
     assert _run_key_script(tmp_path, "root=LABEL=root rw").returncode == 0
     assert not (tmp_path / "ssh").exists()
+
+
+HOST_KEY_SCRIPT = GUEST_OVERLAY_DIR / "usr/local/sbin/lab-host-key"
+
+
+def test_host_key_script_prints_the_public_key_as_one_marked_console_line(tmp_path: Path) -> None:
+    (tmp_path / "ssh_host_ed25519_key.pub").write_text(
+        PUBLIC_KEY.replace("bench@host", "root@benchvm") + "\n"
+    )
+    env = {
+        "LAB_HOST_KEY": str(tmp_path / "ssh_host_ed25519_key.pub"),
+        "LAB_CONSOLE": str(tmp_path / "console"),
+        "PATH": "/usr/bin:/bin",
+    }
+    subprocess.run(["sh", str(HOST_KEY_SCRIPT)], env=env, check=True)
+    key_type, key_base64, _comment = PUBLIC_KEY.split()
+    assert (tmp_path / "console").read_text() == f"lab.host_key={key_type} {key_base64}\n"
 
 
 # --- filesystem reproducibility -------------------------------------------------------------

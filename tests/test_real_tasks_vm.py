@@ -90,7 +90,7 @@ def test_real_tasks_pass_with_the_reference_and_fail_with_the_wrong_answer(
     assert commit is not None
     upstream = CachePaths.default().task_checkout(commit)
     files = [f"{GUEST.task(task)}/{name}" for task in TASKS for name in JUDGED_BY]
-    with SshTransport(lab.ssh_host, lab.ssh_port, Path(lab.private_key)).connect(60) as guest:
+    with SshTransport.for_lab(lab).connect(60) as guest:
         listing = guest.check(f"sha256sum {' '.join(files)}").stdout
     in_guest = {path: digest for digest, path in (line.split() for line in listing.splitlines())}
     for task in TASKS:

@@ -22,8 +22,8 @@ import pytest
 
 from runner.core.files import read_model
 from runner.core.roots import REPO_ROOT
-from runner.freeze.record import guest_transport
 from runner.lab.state import LabState
+from runner.lab.transport import SshTransport
 from runner.records.ledger import AttemptRecord, Ledger
 from runner.records.paths import RunPaths
 from tests.support.browser import CI_ARTIFACTS, render
@@ -51,7 +51,7 @@ def test_verify_names_a_planted_drift_and_a_reset_removes_it(
     smoke_lab: LabState, tmp_path: Path
 ) -> None:
     command, check = PLANTED
-    with guest_transport(smoke_lab).connect(60) as guest:
+    with SshTransport.for_lab(smoke_lab).connect(60) as guest:
         guest.check(command, timeout=120)
     report = tmp_path / "planted.json"
     planted = on_lab("verify", "--json", str(report), lab=smoke_lab.lab)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -10,6 +12,11 @@ import paramiko
 import pytest
 
 from runner.lab.transport import GuestError, SshTransport, connection_errors, read_channel
+from tests.support.loopback_sshd import loopback_lab, make_ed25519_key, public_line
+
+# Always readable: a fake channel's output is there whenever it says so.
+_READABLE, _WRITE_END = os.pipe()
+os.write(_WRITE_END, b".")
 
 
 class ChattyChannel:
@@ -17,6 +24,11 @@ class ChattyChannel:
 
     def __init__(self) -> None:
         self.closed = False
+        self.eof_received = False
+        self.status_event = threading.Event()
+
+    def fileno(self) -> int:
+        return _READABLE
 
     def recv_ready(self) -> bool:
         return True
@@ -47,6 +59,7 @@ class FinishedChannel(ChattyChannel):
         super().__init__()
         self.stdout = [b"last words"]
         self.eof_received = True
+        self.status_event.set()
 
     def recv_ready(self) -> bool:
         return bool(self.stdout)
@@ -115,6 +128,9 @@ def test_an_unreachable_guest_is_a_guest_error_naming_host_and_port(tmp_path: Pa
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
+    lab = loopback_lab(
+        "t", port, tmp_path / "no-key", public_line(make_ed25519_key(tmp_path / "k"))
+    )
     # Nothing listens on the port: the connection is refused at once, on loopback.
     with pytest.raises(GuestError, match=rf"guest at 127.0.0.1:{port}: did not answer SSH"):
-        SshTransport("127.0.0.1", port, tmp_path / "no-key").connect(wait_seconds=0)
+        SshTransport.for_lab(lab).connect(wait_seconds=0)

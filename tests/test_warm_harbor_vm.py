@@ -10,7 +10,6 @@ import shlex
 
 import pytest
 
-from runner.freeze.record import guest_transport
 from runner.guest.warm_harbor import (
     DONE_FIFO,
     HARBOR_PROCESS,
@@ -21,7 +20,7 @@ from runner.guest.warm_harbor import (
 )
 from runner.lab.layout import GUEST
 from runner.lab.state import LabState
-from runner.lab.transport import GuestTransport
+from runner.lab.transport import GuestTransport, SshTransport
 from tests.support.vm_fixtures import frozen_lab, vm_lab  # noqa: F401  (fixtures)
 from tests.test_freeze_vm import runner
 
@@ -45,7 +44,7 @@ def _reset(lab: LabState) -> None:
 def test_the_warm_process_serves_one_cell_and_a_reset_restores_it(frozen_lab: LabState) -> None:  # noqa: F811
     _reset(frozen_lab)
     task = GUEST.task_image("git-leak-recovery")
-    with guest_transport(frozen_lab).connect(60) as guest:
+    with SshTransport.for_lab(frozen_lab).connect(60) as guest:
         frozen_pid = _warm_pid(guest)
         assert frozen_pid > 0
         assert guest.exec(f"test -p {REQUEST_FIFO} && test -p {DONE_FIFO}", timeout=60).ok
@@ -78,7 +77,7 @@ def test_the_warm_process_serves_one_cell_and_a_reset_restores_it(frozen_lab: La
             timeout=120,
         )
     _reset(frozen_lab)
-    with guest_transport(frozen_lab).connect(60) as guest:
+    with SshTransport.for_lab(frozen_lab).connect(60) as guest:
         assert _warm_pid(guest) == frozen_pid  # the same process, restored waiting
         assert guest.exec(f"test -p {REQUEST_FIFO}", timeout=60).ok
         for path in PLANTED:

@@ -34,6 +34,7 @@ DATA_FILES = (
     "deploy/templates/domain.xml",
     "images/initramfs/init",
     "images/guest/usr/local/sbin/lab-authorized-key",
+    "images/guest/usr/local/sbin/lab-host-key",
     "images/guest/etc/ssh/sshd_config.d/bench.conf",
 )
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
@@ -134,7 +135,11 @@ def test_wheel_carries_the_package_data(wheel_venv: tuple[Path, Path]) -> None:
     # Every file of the three package trees ships: modules and data alike.
     missing = _package_files(REPO) - names
     assert not missing, f"not in the wheel: {sorted(missing)}"
-    for executable in ("images/initramfs/init", "images/guest/usr/local/sbin/lab-authorized-key"):
+    for executable in (
+        "images/initramfs/init",
+        "images/guest/usr/local/sbin/lab-authorized-key",
+        "images/guest/usr/local/sbin/lab-host-key",
+    ):
         assert modes[executable] & 0o111, f"{executable} lost its executable bit in the wheel"
 
 

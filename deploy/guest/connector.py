@@ -4,7 +4,8 @@ The guest's address, port and key are in the lab's lab.json, which the hyperviso
 same deploy writes while it prepares, and the guest itself only exists once the hypervisor's
 operations have run. So this connector does not connect when pyinfra connects its hosts: it
 reads lab.json and connects on the first command (after the shared "Lab guest answers SSH"
-operation has waited for the guest). Registered as the ``lab`` connector in pyproject.toml.
+operation has waited for the guest and pinned its host key). Registered as the ``lab``
+connector in pyproject.toml.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 from pyinfra.connectors.ssh import SSHConnector
 from typing_extensions import override
 
+from deploy.errors import one_line_errors
+from runner.lab.host_key import write_known_hosts
 from runner.lab.state import LabPaths, load_lab_state
 
 GUEST_GROUP = "lab_guests"
@@ -33,18 +36,19 @@ class LabGuestConnector(SSHConnector):
     def _connect_to_lab(self) -> None:
         if self.client is not None:
             return
-        paths = LabPaths.for_lab(self.host.data.lab_guest)
-        state = load_lab_state(paths)
-        paths.known_hosts.touch()
+        with one_line_errors():
+            lab = load_lab_state(LabPaths.for_lab(self.host.data.lab_guest))
+            paths = write_known_hosts(lab)
+        # Strict against the host key lab.json pins, written to the lab's known_hosts: the
+        # only file pyinfra reads keys from here.
         self.data.update(
             {
-                "ssh_hostname": state.ssh_host,
-                "ssh_port": state.ssh_port,
-                "ssh_user": state.ssh_user,
-                "ssh_key": state.private_key,
-                # The guest's host key is made at its first boot: a rebuilt lab has a new one.
+                "ssh_hostname": lab.ssh_host,
+                "ssh_port": lab.ssh_port,
+                "ssh_user": lab.ssh_user,
+                "ssh_key": lab.private_key,
                 "ssh_known_hosts_file": str(paths.known_hosts),
-                "ssh_strict_host_key_checking": "accept-new",
+                "ssh_strict_host_key_checking": "yes",
             }
         )
         super().connect()

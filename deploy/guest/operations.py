@@ -22,12 +22,9 @@ from pyinfra.facts.deb import DebPackages
 
 from deploy.errors import ControllerCommand
 from deploy.guest.facts import ImageDigest, ImageLabel, UnitStamp
-from deploy.operations.guest import wait_for_guest_arch
 from runner.guest.task_images import TaskImageBuild
 from runner.lab.layout import GUEST
 from runner.lab.mirror import start_lab_mirror
-from runner.lab.state import LabPaths, guest_machine, load_lab_state
-from runner.lab.transport import GuestError
 
 Commands = Generator[StringCommand | ControllerCommand | str, None, None]
 
@@ -190,31 +187,6 @@ def registry_image(archive: str, digest: str, image_id: str, names: tuple[str, .
             f"found=$(podman image inspect --format {_q('{{.Digest}}')} {_q(name)}) && "
             f'test "$found" = {_q(digest)} || {{ echo {said} >&2; exit 1; }}'
         )
-
-
-def _wait_for_guest(lab: str, wait_seconds: float) -> None:
-    wait_for_guest_arch(load_lab_state(LabPaths.for_lab(lab)), wait_seconds)
-
-
-@operation()
-def lab_guest_answers(lab: str, wait_seconds: float) -> Commands:
-    """
-    The lab's guest answers SSH. Every host of the deploy runs this one operation at the same
-    point: pyinfra orders operations per host, so this shared operation is what puts the
-    guest's operations after the hypervisor's (which create and start the guest).
-
-    + lab: the lab's name (its lab.json is read when the operation runs)
-    + wait_seconds: how long a booting guest may take
-    """
-    paths = LabPaths.for_lab(lab)
-    if paths.state.exists():
-        try:
-            if guest_machine(load_lab_state(paths)) == load_lab_state(paths).guest_arch:
-                host.noop(f"lab {lab}: guest already answers SSH")
-                return
-        except GuestError:
-            pass
-    yield ControllerCommand(_wait_for_guest, (lab, wait_seconds), {})
 
 
 @dataclass(frozen=True)

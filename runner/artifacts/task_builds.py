@@ -169,9 +169,7 @@ def lab_guest(lab: str) -> tuple[GuestTransport, int]:
     state = load_lab_state(LabPaths.for_lab(lab))
     if state.mirror_port is None:
         raise RunnerError(f"lab {lab}: no mirror port in its lab.json: deploy the lab again")
-    return SshTransport(
-        state.ssh_host, state.ssh_port, Path(state.private_key), state.ssh_user
-    ), state.mirror_port
+    return SshTransport.for_lab(state), state.mirror_port
 
 
 def record_task_builds(

@@ -7,9 +7,10 @@ import click
 from runner.cli.options import lab_option
 from runner.core.errors import InputError
 from runner.lab import libvirt as virt
+from runner.lab.host_key import HostKeyError
 from runner.lab.layout import GUEST_PROXY_ADDRESS
-from runner.lab.state import LabPaths, guest_machine, load_lab_state
-from runner.lab.transport import GuestError
+from runner.lab.state import LabPaths, load_lab_state
+from runner.lab.transport import GuestError, guest_machine
 
 
 @click.command("status")
@@ -24,7 +25,7 @@ def status_command(lab: str) -> None:
     domain_state = "absent" if domain is None else virt.domain_state(domain)
     try:
         ssh = f"answers ({guest_machine(state)})"
-    except GuestError as error:
+    except (GuestError, HostKeyError) as error:
         ssh = f"does not answer: {error}"
     rows = (
         ("lab", state.lab),

@@ -65,10 +65,6 @@ class Frozen:
     disk_seconds: float  # reading the frozen disk on the host
 
 
-def guest_transport(lab: LabState) -> SshTransport:
-    return SshTransport(lab.ssh_host, lab.ssh_port, Path(lab.private_key), lab.ssh_user)
-
-
 def collect(guest: GuestTransport, scope: FreezeScope) -> tuple[Collected, float]:
     """The guest's state as the collection script sees it, and the seconds it took."""
     script = resources.files("runner").joinpath(COLLECT_SCRIPT).read_bytes()
@@ -197,7 +193,7 @@ def freeze_lab(lab_name: str, scope: FreezeScope, lock_path: Path | None = None)
     lock = lock_for(lab, lock_path) if lock_path is not None else None
     tasks = lab_tasks(lock, lock_path) if lock is not None and lock_path is not None else ()
     oracle: tuple[OracleScore, ...] = ()
-    with guest_transport(lab).connect(GUEST_WAIT_SECONDS) as guest:
+    with SshTransport.for_lab(lab).connect(GUEST_WAIT_SECONDS) as guest:
         if lock is not None and lock_path is not None:
             oracle = _oracle_scores(lab, guest, lock, lock_path)
         # QEMU refuses to save a domain while a virtio-9p export is mounted in it (a migration
@@ -218,7 +214,7 @@ def freeze_lab(lab_name: str, scope: FreezeScope, lock_path: Path | None = None)
     # host sees the page cache the memory image holds, and a clean journal).
     started = time.monotonic()
     with (
-        guest_transport(lab).connect(GUEST_WAIT_SECONDS) as guest,
+        SshTransport.for_lab(lab).connect(GUEST_WAIT_SECONDS) as guest,
         quiesced_disk(guest, Path(saved.live_disk)) as disk,
     ):
         observed = read_disk(disk, scope.disk_excludes)

@@ -9,17 +9,15 @@ stay true. Under TCG the SSH handshake alone takes seconds, so that step is time
 
 from __future__ import annotations
 
-import socket
 import time
 
 from runner.core.models import FrozenModel
-from runner.freeze.record import guest_transport, load_freeze
+from runner.freeze.record import load_freeze
 from runner.lab.snapshot import RestoreTimes, restore_frozen_state
-from runner.lab.state import LabPaths, LabState, load_lab_state
-from runner.lab.transport import GuestError, GuestTransport
+from runner.lab.state import LabPaths, load_lab_state
+from runner.lab.transport import GuestTransport, SshTransport, wait_for_sshd
 
 SSH_WAIT_SECONDS = 60.0
-_BANNER = b"SSH-"
 
 
 class ResetTimes(FrozenModel):
@@ -29,20 +27,6 @@ class ResetTimes(FrozenModel):
     clock_seconds: float  # the SSH session that set the guest's clock
     answering_seconds: float  # the reset proper: stop, restore, banner
     total_seconds: float
-
-
-def wait_for_banner(lab: LabState, wait_seconds: float = SSH_WAIT_SECONDS) -> None:
-    deadline = time.monotonic() + wait_seconds
-    while True:
-        try:
-            with socket.create_connection((lab.ssh_host, lab.ssh_port), timeout=5) as probe:
-                if probe.recv(len(_BANNER)) == _BANNER:
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise GuestError(f"the guest's sshd did not answer on port {lab.ssh_port}")
-        time.sleep(0.05)
 
 
 def set_guest_clock(guest: GuestTransport) -> None:
@@ -58,10 +42,10 @@ def reset_lab(lab_name: str, guest: GuestTransport | None = None) -> ResetTimes:
     started = time.monotonic()
     restore = restore_frozen_state(lab, saved)
     restored = time.monotonic()
-    wait_for_banner(lab)
+    wait_for_sshd(lab, SSH_WAIT_SECONDS)
     answered = time.monotonic()
     if guest is None:
-        with guest_transport(lab).connect(SSH_WAIT_SECONDS) as own:
+        with SshTransport.for_lab(lab).connect(SSH_WAIT_SECONDS) as own:
             set_guest_clock(own)
     else:
         guest.close()

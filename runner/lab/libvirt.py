@@ -80,6 +80,24 @@ def find_volume(pool: libvirt.virStoragePool, name: str) -> libvirt.virStorageVo
     return _absent_is_none(pool.storageVolLookupByName, name)
 
 
+def download_volume(conn: libvirt.virConnect, pool_name: str, name: str) -> bytes:
+    """The whole content of a file in a pool, through libvirt (a remote hypervisor's too); the
+    pool is refreshed first, so a file libvirt did not create (the console log) is a volume."""
+    pool = conn.storagePoolLookupByName(pool_name)
+    pool.refresh(0)
+    volume = pool.storageVolLookupByName(name)
+    stream = conn.newStream(0)
+    chunks: list[bytes] = []
+    try:
+        volume.download(stream, 0, 0, 0)
+        stream.recvAll(lambda _stream, data, received: received.append(data), chunks)
+        stream.finish()
+    except BaseException:
+        stream.abort()
+        raise
+    return b"".join(chunks)
+
+
 def lab_metadata(domain: libvirt.virDomain, live: bool) -> str | None:
     """Our <lab:lab> element as XML text, or None when the domain is not one of ours."""
     flags = libvirt.VIR_DOMAIN_AFFECT_LIVE if live else libvirt.VIR_DOMAIN_AFFECT_CONFIG

@@ -2,27 +2,26 @@
 
 ``deploy.py`` writes ``lab.json`` before it creates anything on the hypervisor (so a half-failed
 create can still be torn down) and again when the acceleration is known; the runner reads it to
-reach the guest with Paramiko and to tear the lab down.
+reach the guest (runner.lab.transport, pinned to the host key runner.lab.host_key records) and
+to tear the lab down.
 """
 
 from __future__ import annotations
 
 import os
-import socket
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import paramiko
 from pydantic import Field
 
 from runner.core.files import read_model
 from runner.core.models import FrozenModel, Sha256, Slug
 from runner.core.roots import cache_root
-from runner.lab.transport import GuestError
 
 DEFAULT_LAB = "default"
+# The serial console's file in the lab's pool: libvirt lists it as a volume after a refresh.
+CONSOLE_LOG_VOLUME = "console.log"
 
 
 def libvirt_name(lab: str) -> str:
@@ -43,7 +42,8 @@ class LabPaths:
         lab.json          LabState: how to reach and tear down the lab
         id_ed25519        root's SSH key for the guest (private; mode 600)
         id_ed25519.pub    its public half, passed to the guest on the kernel cmdline
-        known_hosts       the guest's SSH host key, as pyinfra's guest connector first saw it
+        known_hosts       the guest's SSH host key as lab.json pins it (runner.lab.host_key), for
+                          pyinfra's guest connector and Ansible
         pool/             the lab's libvirt dir pool when the hypervisor is this machine
                           (HypervisorPaths; a remote hypervisor has it under its own root)
     """
@@ -97,7 +97,7 @@ class HypervisorPaths:
 
     @property
     def console_log(self) -> Path:
-        return self.pool_dir / "console.log"
+        return self.pool_dir / CONSOLE_LOG_VOLUME
 
 
 class Acceleration(FrozenModel):
@@ -139,57 +139,12 @@ class LabState(FrozenModel):
     # QEMU forwards layout.GUEST_MIRROR_ADDRESS to this loopback port: the lab's package mirror
     # (runner.lab.mirror), which serves the task builds and verifiers the frozen set only.
     mirror_port: int | None = Field(default=None, ge=1024, le=65535)
+    # The guest's SSH host key, "ssh-ed25519 <base64>", read from its console when it first
+    # answered (runner.lab.host_key); every client refuses any other. None until then.
+    ssh_host_key: str | None = Field(default=None, pattern=r"^ssh-ed25519 [A-Za-z0-9+/]+=*$")
 
-    LATE_FIELDS = frozenset({"mirror_port"})
+    LATE_FIELDS = frozenset({"mirror_port", "ssh_host_key"})
 
 
 def load_lab_state(paths: LabPaths) -> LabState:
     return read_model(paths.state, LabState)
-
-
-_SSH_STEP_SECONDS = 60.0
-
-
-def _sshd_banner_seen(state: LabState) -> bool:
-    """Whether the guest's sshd greets on the forwarded port. QEMU accepts on the host port
-    before the guest listens; probing the banner first keeps Paramiko (which logs a traceback
-    per refused handshake) out of the boot wait."""
-    try:
-        with socket.create_connection((state.ssh_host, state.ssh_port), timeout=5) as probe:
-            probe.settimeout(5)
-            return probe.recv(4) == b"SSH-"
-    except OSError:
-        return False
-
-
-def guest_machine(state: LabState, wait_seconds: float = 0) -> str:
-    """The guest's ``uname -m`` over SSH, waiting up to ``wait_seconds`` for sshd to greet;
-    ``GuestError`` when it does not. Every step is bounded (a guest starved of CPU under TCG
-    can accept a connection and then stall), so this never hangs."""
-    deadline = time.monotonic() + wait_seconds
-    while not _sshd_banner_seen(state):
-        if time.monotonic() >= deadline:
-            raise GuestError(f"guest sshd does not answer on {state.ssh_host}:{state.ssh_port}")
-        time.sleep(2)
-    client = paramiko.SSHClient()
-    # The guest's host key is made at its first boot; the port is host loopback only.
-    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-    try:
-        client.connect(
-            state.ssh_host,
-            port=state.ssh_port,
-            username=state.ssh_user,
-            key_filename=state.private_key,
-            timeout=_SSH_STEP_SECONDS,
-            banner_timeout=_SSH_STEP_SECONDS,
-            auth_timeout=_SSH_STEP_SECONDS,
-            channel_timeout=_SSH_STEP_SECONDS,
-            allow_agent=False,
-            look_for_keys=False,
-        )
-        _stdin, stdout, _stderr = client.exec_command("uname -m", timeout=_SSH_STEP_SECONDS)
-        return str(stdout.read().decode().strip())
-    except (OSError, paramiko.SSHException, EOFError) as error:
-        raise GuestError(f"guest at {state.ssh_host}:{state.ssh_port}: {error}") from None
-    finally:
-        client.close()

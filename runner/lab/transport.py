@@ -10,9 +10,12 @@ a ``GuestError`` naming the guest and what was being done, never as a Paramiko t
 from __future__ import annotations
 
 import io
+import math
+import select
 import shlex
 import socket
 import tarfile
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -27,13 +30,19 @@ from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_fixe
 
 from runner.core.archives import extract
 from runner.core.errors import RunnerError
+from runner.lab.host_key import known_hosts_name, pinned_key, refused
+from runner.lab.state import LabState
 
 # What a dropped or refused SSH connection raises from inside Paramiko.
 CONNECTION_ERRORS = (OSError, socket.timeout, paramiko.SSHException, EOFError)
 _CHUNK = 1 << 20
-_IDLE_SECONDS = 0.02
+# The longest a read loop sleeps on a quiet channel before it looks at its deadlines again.
+_TICK_SECONDS = 1.0
+# Each step of reaching a guest (a guest starved of CPU under TCG can accept and then stall).
+_STEP_SECONDS = 60.0
 # After a command's exit status: how long its output may take to reach its end (EOF).
 _DRAIN_SECONDS = 10.0
+_BANNER = b"SSH-"
 
 
 class ExecResult(BaseModel):
@@ -115,6 +124,11 @@ def require_ok(result: ExecResult) -> ExecResult:
 class Channel(Protocol):
     """The part of ``paramiko.Channel`` that reading a command's output uses."""
 
+    eof_received: int  # paramiko sets it on the peer's EOF (its stubs say int: 0 or 1)
+    closed: bool
+    status_event: threading.Event  # set when the exit status arrived (or the channel closed)
+
+    def fileno(self) -> int: ...
     def recv_ready(self) -> bool: ...
     def recv(self, nbytes: int) -> bytes: ...
     def recv_stderr_ready(self) -> bool: ...
@@ -124,39 +138,52 @@ class Channel(Protocol):
     def close(self) -> None: ...
 
 
+def _await_channel(channel: Channel, seconds: float) -> None:
+    """Sleep until the channel has something new, or ``seconds`` (at most _TICK_SECONDS) pass.
+    Paramiko's ``fileno`` is readable while either output stream holds data and for good after
+    EOF or close; after those only the exit status can still come, so its event is awaited."""
+    seconds = max(0.0, min(seconds, _TICK_SECONDS))
+    if channel.eof_received or channel.closed:
+        channel.status_event.wait(seconds)
+    else:
+        select.select([channel], [], [], seconds)
+
+
 def read_channel(
     channel: Channel, timeout: float | None, clock: Callable[[], float] = time.monotonic
 ) -> tuple[int | None, bytes, bytes]:
     """(exit code, stdout, stderr) of a command; exit code None when ``timeout`` seconds passed
-    first. The deadline is checked on every turn, so a command that never stops printing still
-    times out; the channel is then closed."""
-    started = clock()
+    before it exited (the channel is then closed). A command's output is complete at its exit
+    status and its EOF both: OpenSSH sends the exit status as soon as the command exits and
+    drains its pipes after (a listing of the guest's firewall was once cut at 8,192 bytes so,
+    commit 9aaea26); after the exit status the rest is awaited for at most _DRAIN_SECONDS,
+    should something the command started keep its output open. One chunk of each stream is read
+    per turn, so the deadlines are looked at even while a command prints without end."""
+    deadline = math.inf if timeout is None else clock() + timeout
+    drained_by = math.inf
     stdout, stderr = bytearray(), bytearray()
-    while not channel.exit_status_ready():
-        if timeout is not None and clock() - started > timeout:
+    while True:
+        # Looked at before reading: EOF (or the close) and the exit status follow all output.
+        complete = channel.exit_status_ready() and (channel.eof_received or channel.closed)
+        read = False
+        if channel.recv_ready():
+            stdout += channel.recv(_CHUNK)
+            read = True
+        if channel.recv_stderr_ready():
+            stderr += channel.recv_stderr(_CHUNK)
+            read = True
+        now = clock()
+        if complete and not read:
+            break
+        if channel.exit_status_ready():
+            drained_by = min(drained_by, now + _DRAIN_SECONDS)
+            if now > drained_by:
+                break
+        elif now > deadline:
             channel.close()
             return None, bytes(stdout), bytes(stderr)
-        if channel.recv_ready():
-            stdout += channel.recv(_CHUNK)
-        elif channel.recv_stderr_ready():
-            stderr += channel.recv_stderr(_CHUNK)
-        else:
-            time.sleep(_IDLE_SECONDS)
-    # The command ended, but OpenSSH sends its exit status as soon as it exits and drains its
-    # pipes after: the rest of its output may still be on the way (a listing of the guest's
-    # firewall was cut at 8,192 bytes so). Read on until the channel's EOF, or for a bounded
-    # time should something the command started keep its output open.
-    drained_by = clock() + _DRAIN_SECONDS
-    while True:
-        if channel.recv_ready():
-            stdout += channel.recv(_CHUNK)
-        elif channel.recv_stderr_ready():
-            stderr += channel.recv_stderr(_CHUNK)
-        # Channel.eof_received: paramiko sets it on the peer's EOF; its type stubs omit it.
-        elif channel.eof_received or clock() > drained_by:  # type: ignore[attr-defined]
-            break
-        else:
-            time.sleep(_IDLE_SECONDS)
+        if not read:
+            _await_channel(channel, min(deadline, drained_by) - now)
     return channel.recv_exit_status(), bytes(stdout), bytes(stderr)
 
 
@@ -175,7 +202,7 @@ def _await_output(channel: paramiko.Channel, ready: bytes, wait_seconds: float) 
         if channel.recv_ready():
             seen += channel.recv(_CHUNK)
         else:
-            time.sleep(_IDLE_SECONDS)
+            _await_channel(channel, deadline - time.monotonic())
 
 
 class ClosedOnExit(ABC):
@@ -197,18 +224,27 @@ class ClosedOnExit(ABC):
 
 
 class SshTransport(ClosedOnExit):
-    """``GuestTransport`` over Paramiko SSH."""
+    """``GuestTransport`` over Paramiko SSH, refusing any host key but the lab's pinned one."""
 
-    def __init__(self, host: str, port: int, key_path: Path, user: str = "root") -> None:
-        self.host, self.port, self.key_path, self.user = host, port, key_path, user
+    def __init__(self, lab: LabState) -> None:
+        self.lab = lab
+        self.host, self.port, self.user = lab.ssh_host, lab.ssh_port, lab.ssh_user
+        self.key_path = Path(lab.private_key)
+        self.host_key = pinned_key(lab)
         self._client: paramiko.SSHClient | None = None
+
+    @classmethod
+    def for_lab(cls, lab: LabState) -> SshTransport:
+        """The one way a transport to a lab's guest is made: from its lab.json."""
+        return cls(lab)
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
     def connect(self, wait_seconds: float = 0) -> Self:
-        """Connect, retrying for up to ``wait_seconds`` while the guest boots."""
+        """Connect, retrying for up to ``wait_seconds`` while the guest boots; a guest that
+        offers another host key is refused at once (``HostKeyError``), never retried."""
 
         @retry(
             retry=retry_if_exception_type(CONNECTION_ERRORS),
@@ -218,19 +254,26 @@ class SshTransport(ClosedOnExit):
         )
         def attempt() -> paramiko.SSHClient:
             client = paramiko.SSHClient()
-            # The lab's host key is generated at the guest's first boot; the port is loopback-only.
-            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-            client.connect(
-                self.host,
-                port=self.port,
-                username=self.user,
-                key_filename=str(self.key_path),
-                timeout=10,
-                banner_timeout=30,
-                auth_timeout=30,
-                allow_agent=False,
-                look_for_keys=False,
+            client.get_host_keys().add(
+                known_hosts_name(self.lab), self.host_key.get_name(), self.host_key
             )
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            try:
+                client.connect(
+                    self.host,
+                    port=self.port,
+                    username=self.user,
+                    key_filename=str(self.key_path),
+                    timeout=10,
+                    banner_timeout=30,
+                    auth_timeout=30,
+                    channel_timeout=_STEP_SECONDS,
+                    allow_agent=False,
+                    look_for_keys=False,
+                )
+            except paramiko.BadHostKeyException as error:
+                client.close()
+                raise refused(self.lab, error.key) from None
             transport = client.get_transport()
             if transport is not None:
                 transport.set_keepalive(15)
@@ -329,3 +372,30 @@ class SshTransport(ClosedOnExit):
         with tarfile.open(fileobj=io.BytesIO(bytes(data)), mode="r") as archive:
             extract(archive, local_parent)
         return local_parent / name
+
+
+def wait_for_sshd(lab: LabState, wait_seconds: float, poll_seconds: float = 0.05) -> None:
+    """Wait up to ``wait_seconds`` for the guest's sshd to send its banner through QEMU's port
+    forward: QEMU accepts on the host port itself even while the guest does not listen (or
+    runs at all), so only the banner says the guest answers. Probing it first also keeps
+    Paramiko, which logs a traceback per refused handshake, out of a boot wait."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            with socket.create_connection((lab.ssh_host, lab.ssh_port), timeout=5) as probe:
+                probe.settimeout(5)
+                if probe.recv(len(_BANNER)) == _BANNER:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() >= deadline:
+            raise GuestError(f"the guest's sshd did not answer on {lab.ssh_host}:{lab.ssh_port}")
+        time.sleep(poll_seconds)
+
+
+def guest_machine(lab: LabState, wait_seconds: float = 0) -> str:
+    """The guest's ``uname -m`` over SSH, waiting up to ``wait_seconds`` for its sshd; every
+    step is bounded, so this never hangs."""
+    wait_for_sshd(lab, wait_seconds, poll_seconds=2.0)
+    with SshTransport.for_lab(lab).connect() as guest:
+        return guest.check("uname -m", timeout=_STEP_SECONDS).stdout.strip()

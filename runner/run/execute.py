@@ -27,14 +27,14 @@ from runner.core.models import FrozenModel, Sha256
 from runner.freeze.inventory import DiskInventory
 from runner.freeze.manifest import FreezeManifest
 from runner.freeze.paths import FreezePaths
-from runner.freeze.record import guest_transport, load_freeze
+from runner.freeze.record import load_freeze
 from runner.freeze.reset import reset_lab
 from runner.lab.disk import quiesced_disk
 from runner.lab.mirror import lab_mirror
 from runner.lab.snapshot import running_disk
 from runner.lab.state import LabPaths, LabState, load_lab_state
 from runner.lab.tasks import task_derivations, upstream_root
-from runner.lab.transport import GuestTransport
+from runner.lab.transport import GuestTransport, SshTransport
 from runner.proxy import CredentialProxy
 from runner.records.ledger import Failure, Ledger, now
 from runner.records.paths import RunPaths
@@ -198,7 +198,7 @@ class FrozenLab:
         return derived
 
     def transport(self) -> GuestTransport:
-        return guest_transport(self.state)
+        return SshTransport.for_lab(self.state)
 
     def reset(self, guest: GuestTransport | None = None) -> object:
         return reset_lab(self.name, guest)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Iterable
@@ -34,6 +35,7 @@ from runner.core.files import write_atomic, write_model
 from runner.freeze.live import LATE_CATEGORIES, LIVE_PROBES, parse_speed
 from runner.freeze.manifest import FreezeManifest
 from runner.freeze.record import load_freeze
+from runner.lab.host_key import HostKeyError, write_known_hosts
 from runner.lab.state import LabState
 from runner.verify.disk import DiskCheck, audit_disk, lab_disk
 from runner.verify.playbook import (
@@ -50,9 +52,9 @@ REPORT = "report.json"
 
 # Ansible settings of the audit: no retry files or colour; one SSH connection reused per audit
 # (pipelining); the guest's Python is known, so no interpreter discovery round trip.
-_ANSIBLE_ENV = {
+ANSIBLE_ENV = {
     "ANSIBLE_PIPELINING": "True",
-    "ANSIBLE_HOST_KEY_CHECKING": "False",
+    "ANSIBLE_HOST_KEY_CHECKING": "True",
     "ANSIBLE_RETRY_FILES_ENABLED": "False",
     "ANSIBLE_NOCOLOR": "True",
     "ANSIBLE_LOCALHOST_WARNING": "False",
@@ -64,8 +66,9 @@ _CHECK_EVENTS = frozenset({"runner_on_ok", "runner_on_failed"})
 
 
 def ssh_host_vars(lab: LabState) -> dict[str, Any]:
-    """Ansible's SSH to the guest: loopback port forward, root, the lab key. The guest's host
-    key is made at its first boot and never pinned, so it is not checked (loopback only)."""
+    """Ansible's SSH to the guest: loopback port forward, root, the lab key, and strict against
+    the host key lab.json pins (the lab's known_hosts, written from it, and no other file)."""
+    known_hosts = write_known_hosts(lab).known_hosts
     return {
         "ansible_host": lab.ssh_host,
         "ansible_port": lab.ssh_port,
@@ -73,7 +76,8 @@ def ssh_host_vars(lab: LabState) -> dict[str, Any]:
         "ansible_ssh_private_key_file": lab.private_key,
         "ansible_python_interpreter": "/usr/bin/python3",
         "ansible_ssh_use_tty": False,  # raw tasks: clean stdout (no CR), no login tty
-        "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+        "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes "
+        f"-o UserKnownHostsFile={shlex.quote(str(known_hosts))} -o GlobalKnownHostsFile=/dev/null "
         "-o IdentitiesOnly=yes -o ConnectTimeout=30",
     }
 
@@ -120,7 +124,7 @@ def audit(
         ident=ident,
         playbook=PLAYBOOK,
         cmdline="--check",
-        envvars={**_ANSIBLE_ENV, "PATH": _path_with_ansible()},
+        envvars={**ANSIBLE_ENV, "PATH": _path_with_ansible()},
         quiet=True,
         # Without one, ansible-runner installs its own SIGTERM and SIGINT handlers and leaves them
         # (ansible_runner.utils.signal_handler): after the first audit, a SIGTERM or Ctrl-C only
@@ -128,6 +132,7 @@ def audit(
         cancel_callback=_not_cancelled,
     )
     events = list(result.events)
+    refuse_changed_host_key(manifest.lab, events, private)
     ran = any(event.get("event") == "playbook_on_start" for event in events)
     checks, drifts = judge(events)
     drifts.extend(unrecorded(manifest))
@@ -168,6 +173,24 @@ def audit_lab(lab: LabState, evidence_dir: Path) -> VerifyReport:
     """The whole audit of a frozen lab: its disk on the host, its live state over Ansible."""
     manifest, saved = load_freeze(lab.lab)
     return audit(manifest, ssh_host_vars(lab), evidence_dir, lab_disk(lab, manifest, saved))
+
+
+# What OpenSSH prints when the guest's key is not the one in the lab's known_hosts.
+_HOST_KEY_REFUSED = ("Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED")
+
+
+def refuse_changed_host_key(lab: str, events: Iterable[dict[str, Any]], private: Path) -> None:
+    """A guest that offered another host key is not a drift of the guest: the audit stops with
+    one line naming the lab (its events in ``private`` keep ssh's own words)."""
+    for event in events:
+        said = _message(event.get("event_data", {}).get("res", {}))
+        if event.get("event") == "runner_on_unreachable" and any(
+            words in said for words in _HOST_KEY_REFUSED
+        ):
+            raise HostKeyError(
+                f"lab {lab}: ssh refused the guest, its SSH host key is not the one pinned in"
+                f" lab.json: {private}"
+            )
 
 
 def judge(events: Iterable[dict[str, Any]]) -> tuple[list[str], list[Drift]]:

@@ -26,10 +26,11 @@ from runner.core.models import FrozenModel
 from runner.freeze.inventory import DiskInventory, Observed, PackageFile, read_disk
 from runner.freeze.manifest import FreezeManifest
 from runner.freeze.paths import FreezePaths
-from runner.freeze.record import GUEST_WAIT_SECONDS, guest_transport
+from runner.freeze.record import GUEST_WAIT_SECONDS
 from runner.lab.disk import DiskError, quiesced_disk
 from runner.lab.snapshot import SavedState, running_disk
 from runner.lab.state import LabState
+from runner.lab.transport import SshTransport
 from runner.verify.report import Drift
 
 ABSENT = "absent"
@@ -74,7 +75,7 @@ def lab_disk(lab: LabState, manifest: FreezeManifest, saved: SavedState) -> Disk
                 f"{saved.live_disk} (was it started from its own definition?)"
             )
         with (
-            guest_transport(lab).connect(GUEST_WAIT_SECONDS) as guest,
+            SshTransport.for_lab(lab).connect(GUEST_WAIT_SECONDS) as guest,
             quiesced_disk(guest, Path(layer)) as disk,
         ):
             return read_disk(disk, manifest.scope.disk_excludes)

@@ -28,7 +28,8 @@ from runner.core.errors import RunnerError
 from runner.core.files import read_model, write_model
 from runner.core.models import FrozenModel, Sha256
 from runner.core.roots import REPO_ROOT, cache_root
-from runner.lab.state import LabPaths, LabState, guest_machine, load_lab_state
+from runner.lab.state import LabPaths, LabState, load_lab_state
+from runner.lab.transport import guest_machine
 
 TEST_RUN_ENV = "FROZEN_BENCH_TEST_RUN"
 # What a lab's deploy is made of: a change to any of these files is a different lab.
