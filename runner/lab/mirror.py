@@ -4,7 +4,7 @@ Task images build and verifiers set up inside the guest's containers, which reac
 ``layout.GUEST_MIRROR_ADDRESS`` (a QEMU guestfwd to a host loopback port). It serves
 
     /debian/            a flat apt repository (``deb [trusted=yes] URL/debian ./``): Packages and
-                        Release made from the resolution's .deb files (``dpkg-deb -f``)
+                        Release made from the resolution's .deb files (their control files)
     /debian/<codename>/ the same of the debs taken from another Debian release (a built base
                         image of that release has it as its apt source)
     /simple/<project>/  a PEP 503 index of the resolution's wheels, with their sha256
