@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import aiohttp
 from rich.console import Console
@@ -16,7 +18,6 @@ from rich.progress import (
     BarColumn,
     DownloadColumn,
     Progress,
-    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TransferSpeedColumn,
@@ -32,18 +33,30 @@ _CHUNK = 1 << 16
 
 @dataclass(frozen=True)
 class Wanted:
-    """A file to fetch and the digest its source states (a sha256, an npm integrity, or both)."""
+    """A file to fetch and what its source states of it: a sha256, an npm integrity, or both,
+    and its size if stated. ``unverified``: a file no index names, stored as it comes (the
+    recording mirror's Debian archive files, which apt in the task's container checks)."""
 
     url: str
     filename: str
     sha256: str | None = None
     integrity: str | None = None
+    size: int | None = None
     # Who states the digest, for the error line when the bytes differ.
     stated_by: str = "the source"
+    unverified: bool = False
 
     def __post_init__(self) -> None:
-        if self.sha256 is None and self.integrity is None:
+        if self.sha256 is None and self.integrity is None and not self.unverified:
             raise ValueError(f"{self.url}: a download needs a digest to verify")
+
+
+class Mismatch(CorruptArtifact):
+    """The downloaded bytes are not what the source stated; what they are instead."""
+
+    def __init__(self, message: str, sha256: str, size: int) -> None:
+        super().__init__(message)
+        self.sha256, self.size = sha256, size
 
 
 @dataclass(frozen=True)
@@ -107,7 +120,7 @@ async def fetch_all(store: ArtifactStore, wanted: list[Wanted], console: Console
 
             async def one(item: Wanted) -> None:
                 async with limit:
-                    fetched = await _download(session, store, item, progress, task)
+                    fetched = await _fetch(session, store, item, partial(progress.advance, task))
                 report.fetched[item.url] = fetched
                 report.downloaded_files += 1
                 report.downloaded_bytes += fetched.size
@@ -115,6 +128,18 @@ async def fetch_all(store: ArtifactStore, wanted: list[Wanted], console: Console
 
             await asyncio.gather(*(one(item) for item in missing))
     return report
+
+
+async def _fetch(
+    session: aiohttp.ClientSession,
+    store: ArtifactStore,
+    item: Wanted,
+    advance: Callable[[int], None],
+) -> Fetched:
+    try:
+        return await download(session, store, item, advance)
+    except (aiohttp.ClientError, TimeoutError) as error:
+        raise RunnerError(f"{item.url}: download failed: {error or 'timed out'}") from None
 
 
 def _progress(console: Console) -> Progress:
@@ -129,20 +154,23 @@ def _progress(console: Console) -> Progress:
     )
 
 
-async def _download(
+def _advance_nothing(size: int) -> None:
+    """A download nobody watches the progress of."""
+
+
+async def download(
     session: aiohttp.ClientSession,
     store: ArtifactStore,
     item: Wanted,
-    progress: Progress,
-    task: TaskID,
+    advance: Callable[[int], None] = _advance_nothing,
 ) -> Fetched:
+    """``item`` streamed into the store while it is hashed, verified, then renamed in; retried
+    as ``retrying`` says. Raises aiohttp's error for what the network did, ``Mismatch`` for
+    bytes other than stated. ``advance`` is told the size of each chunk as it comes."""
     integrity = Integrity.parse(item.integrity) if item.integrity else None
-    try:
-        async for attempt in retrying():
-            with attempt:
-                return await _download_once(session, store, item, integrity, progress, task)
-    except (aiohttp.ClientError, TimeoutError) as error:
-        raise RunnerError(f"{item.url}: download failed: {error or 'timed out'}") from None
+    async for attempt in retrying():
+        with attempt:
+            return await _download_once(session, store, item, integrity, advance)
     raise AssertionError("unreachable: tenacity re-raises the last error")
 
 
@@ -151,8 +179,7 @@ async def _download_once(
     store: ArtifactStore,
     item: Wanted,
     integrity: Integrity | None,
-    progress: Progress,
-    task: TaskID,
+    advance: Callable[[int], None],
 ) -> Fetched:
     temp = store.temp_path(item.filename)
     sha256 = hashlib.sha256()
@@ -167,8 +194,8 @@ async def _download_once(
                         checked.update(chunk)
                     handle.write(chunk)
                     size += len(chunk)
-                    progress.advance(task, len(chunk))
-        _verify(item, sha256.hexdigest(), integrity, checked)
+                    advance(len(chunk))
+        _verify(item, sha256.hexdigest(), size, integrity, checked)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
@@ -179,19 +206,25 @@ async def _download_once(
 def _verify(
     item: Wanted,
     sha256_hex: str,
+    size: int,
     integrity: Integrity | None,
     checked: hashlib._Hash | None,
 ) -> None:
-    if item.sha256 is not None and item.sha256 != "sha256:" + sha256_hex:
-        raise CorruptArtifact(
-            f"{item.url}: sha256 is sha256:{sha256_hex}, {item.stated_by} says {item.sha256}"
+    got = "sha256:" + sha256_hex
+    if item.sha256 is not None and item.sha256 != got:
+        raise Mismatch(
+            f"{item.url}: sha256 is {got}, {item.stated_by} says {item.sha256}", got, size
         )
+    if item.size is not None and item.size != size:
+        raise Mismatch(f"{item.url}: {size} bytes, {item.stated_by} says {item.size}", got, size)
     if (
         integrity is not None
         and checked is not None
         and checked.hexdigest() != integrity.hex_digest
     ):
-        raise CorruptArtifact(
+        raise Mismatch(
             f"{item.url}: {integrity.algorithm} does not match the source's integrity "
-            f"{item.integrity}"
+            f"{item.integrity}",
+            got,
+            size,
         )

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 import aiohttp
 from debian.deb822 import Packages
@@ -40,7 +39,8 @@ from packaging.utils import (
 )
 from pydantic import Field, TypeAdapter, ValidationError
 
-from runner.artifacts.http import get_json, new_session, retrying
+from runner.artifacts.fetch import Mismatch, Wanted, download
+from runner.artifacts.http import get_json, new_session
 from runner.cache.store import ArtifactStore
 from runner.core.errors import RunnerError, describe_validation_error
 from runner.core.models import FrozenModel, updated
@@ -48,6 +48,7 @@ from runner.core.signals import take_sigterm
 from runner.lab.mirror import serve, simple_page
 from runner.spec.resolution import RECORDED_KINDS, ArtifactKind, PinnedArtifact, Resolution
 
+_T = TypeVar("_T")
 _SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 # What a recording is of, and the kinds it records a deb, a Python file and a file of the
 # Debian archive taken by its path as: a task's image build, or its trial (the oracle: its
@@ -97,25 +98,22 @@ class _Listed:
     version: str
 
 
-def _download(url: str) -> bytes:
-    async def fetch() -> bytes:
-        async with new_session() as session:
-            async for attempt in retrying():
-                with attempt:
-                    async with session.get(url) as response:
-                        return await response.read()
-        raise AssertionError("unreachable: tenacity re-raises the last error")
+def _in_loop(work: Callable[[aiohttp.ClientSession], Awaitable[_T]]) -> _T:
+    """``work`` run with a session of its own (the mirror answers each request in a thread)."""
 
-    return asyncio.run(fetch())
+    async def run() -> _T:
+        async with new_session() as session:
+            return await work(session)
+
+    return asyncio.run(run())
 
 
 def _project_files(index: str, name: str) -> list[dict[str, object]] | None:
-    async def fetch() -> list[dict[str, object]] | None:
-        async with new_session() as session:
-            page = await get_json(session, f"{index.rstrip('/')}/{name}/", _SIMPLE_JSON)
+    async def fetch(session: aiohttp.ClientSession) -> list[dict[str, object]] | None:
+        page = await get_json(session, f"{index.rstrip('/')}/{name}/", _SIMPLE_JSON)
         return None if page is None else list(page.get("files", []))
 
-    return asyncio.run(fetch())
+    return _in_loop(fetch)
 
 
 def _python_version(filename: str) -> str | None:
@@ -178,10 +176,17 @@ class RecordingUpstream:
     def file(self, kind: str, name: str) -> bytes | None:
         deb_kind, python_kind, _ = PHASE_KINDS[self.record.phase]
         if kind == "deb":
-            return self._fetch(self.debs.get(name), name.rsplit("/", 1)[-1], deb_kind)
-        with self._lock:
-            listed = self.python_files.get(name)
-        return self._fetch(listed, name, python_kind)
+            listed, filename, kind_taken = self.debs.get(name), name.rsplit("/", 1)[-1], deb_kind
+        else:
+            with self._lock:
+                listed = self.python_files.get(name)
+            filename, kind_taken = name, python_kind
+        if listed is None:
+            return None
+        wanted = Wanted(
+            listed.url, filename, listed.sha256, size=listed.size, stated_by="the index"
+        )
+        return self._take(wanted, kind_taken, listed.name, listed.version)
 
     def archive_file(self, path: str) -> bytes | None:
         """A file of the Debian archive by its path, as the Debian mirror has it today. No index
@@ -192,66 +197,47 @@ class RecordingUpstream:
         at all."""
         if path in self.debs or path.endswith((".deb", ".udeb")):
             return None
-        url = f"{self.debian_mirror}/{path}"
-        try:
-            data = _download(url)
-        except aiohttp.ClientResponseError as error:
-            if error.status != 404:
-                self.record.write(RecordedFailure(url=url, error=f"{error.status} {error.message}"))
-            return None
-        except (aiohttp.ClientError, TimeoutError) as error:
-            self.record.write(RecordedFailure(url=url, error=str(error) or "timed out"))
-            return None
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        filename = path.rsplit("/", 1)[-1]
-        self.store.add_bytes(data, filename)
+        url, filename = f"{self.debian_mirror}/{path}", path.rsplit("/", 1)[-1]
         kind = PHASE_KINDS[self.record.phase][2]
-        self.record.write(
-            PinnedArtifact(
-                kind=kind,
-                name=path,
-                version=digest[7:19],
-                url=url,
-                filename=filename,
-                sha256=digest,
-                size=len(data),
-                tasks=(self.record.task,),
-            )
-        )
-        return data
+        return self._take(Wanted(url, filename, unverified=True), kind, path, None)
 
-    def _fetch(self, listed: _Listed | None, filename: str, kind: ArtifactKind) -> bytes | None:
-        if listed is None:
-            return None
+    def _take(
+        self, wanted: Wanted, kind: ArtifactKind, name: str, version: str | None
+    ) -> bytes | None:
+        """``wanted`` downloaded into the store and recorded as ``kind`` ``name`` at ``version``
+        (None: the file's own digest names it); a failure recorded instead, and None. A file no
+        index names that the mirror does not have (404) is no failure: apt asks for such."""
         try:
-            data = _download(listed.url)
-        except (aiohttp.ClientError, TimeoutError) as error:
-            self.record.write(RecordedFailure(url=listed.url, error=str(error) or "timed out"))
+            fetched = _in_loop(lambda session: download(session, self.store, wanted))
+        except aiohttp.ClientResponseError as error:
+            if not (wanted.unverified and error.status == 404):
+                self._failed(wanted, f"{error.status} {error.message}")
             return None
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        if digest != listed.sha256 or (listed.size is not None and len(data) != listed.size):
-            self.record.write(
-                RecordedFailure(
-                    url=listed.url,
-                    error=f"got {digest} ({len(data)} bytes), the index says {listed.sha256}",
-                )
+        except (aiohttp.ClientError, TimeoutError) as error:
+            self._failed(wanted, str(error) or "timed out")
+            return None
+        except Mismatch as error:
+            self._failed(
+                wanted, f"got {error.sha256} ({error.size} bytes), the index says {wanted.sha256}"
             )
             return None
-        self.store.add_bytes(data, filename)
         self.record.write(
             PinnedArtifact(
                 kind=kind,
-                name=listed.name,
-                version=listed.version,
-                url=listed.url,
-                filename=filename,
-                sha256=digest,
-                size=len(data),
+                name=name,
+                version=version if version is not None else fetched.digest[7:19],
+                url=wanted.url,
+                filename=wanted.filename,
+                sha256=fetched.digest,
+                size=fetched.size,
                 suite=self.suite if kind == PHASE_KINDS[self.record.phase][0] else None,
                 tasks=(self.record.task,),
             )
         )
-        return data
+        return self.store.paths.blob(fetched.digest.removeprefix("sha256:")).read_bytes()
+
+    def _failed(self, wanted: Wanted, error: str) -> None:
+        self.record.write(RecordedFailure(url=wanted.url, error=error))
 
 
 def read_record(path: Path) -> tuple[tuple[PinnedArtifact, ...], tuple[RecordedFailure, ...]]:

@@ -28,10 +28,10 @@ from runner.artifacts.debian import AptState
 from runner.artifacts.recording import RecordedFailure, read_record
 from runner.cache.paths import CachePaths
 from runner.core.errors import RunnerError
-from runner.core.processes import stop_process
+from runner.core.processes import start_listening, stop_process
 from runner.guest.task_images import task_image
 from runner.lab.layout import GUEST
-from runner.lab.mirror import start_server
+from runner.lab.mirror import READY_SECONDS
 from runner.lab.oracle_run import ORACLE_TRIALS, OracleRun, scored_oracle
 from runner.lab.state import LabPaths, load_lab_state
 from runner.lab.transport import GuestTransport, SshTransport
@@ -128,12 +128,12 @@ def recording_mirror(
     log, record, index = work / f"{phase}.mirror.jsonl", work / f"{phase}.jsonl", work / "Packages"
     record.unlink(missing_ok=True)  # this phase's record alone
     index.write_bytes(sources.packages)
-    process = start_server(
+    process = start_listening(
         [sys.executable, "-m", "runner.artifacts.recording", "--resolution", str(resolution_file),
          "--port", str(port), "--log", str(log), "--record", str(record), "--task", task,
          "--phase", phase, "--debian-mirror", sources.debian_mirror, "--packages", str(index),
          "--python-index", sources.python_index, "--suite", sources.suite],
-        port,
+        port, "the recording mirror", READY_SECONDS,
     )  # fmt: skip
     try:
         yield log, record

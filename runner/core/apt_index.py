@@ -1,14 +1,18 @@
 """A flat apt repository's ``Packages`` index (``deb [trusted=yes] URL ./``) made from .deb files:
-each file's own control fields (``dpkg-deb -f``) with where it lies, its size and sha256. The
+each file's own control fields (its control file as python-debian reads it: what ``dpkg-deb -f``
+prints, without a process per file) with where it lies, its size and sha256. The
 lab's mirror serves one to the guest; images.base gives one to mmdebstrap on the host."""
 
 from __future__ import annotations
 
 import hashlib
-import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from debian.debfile import DebFile as DebArchive
+
+from runner.core.errors import RunnerError
 
 
 @dataclass(frozen=True)
@@ -23,14 +27,20 @@ def packages_index(debs: Iterable[DebFile]) -> bytes:
     """The index, its stanzas in file name order: the same files give the same bytes."""
     stanzas = []
     for deb in sorted(debs, key=lambda item: item.filename):
-        control = subprocess.run(
-            ["dpkg-deb", "-f", str(deb.path)], capture_output=True, text=True, check=True
-        ).stdout.strip()
+        control = _control(deb.path)
         stanzas.append(
             f"{control}\nFilename: ./{deb.filename}\nSize: {deb.size}\n"
             f"SHA256: {deb.sha256.removeprefix('sha256:')}\n"
         )
     return "\n".join(stanzas).encode()
+
+
+def _control(path: Path) -> str:
+    with DebArchive(str(path)) as archive:
+        control = archive.control.get_content("control", encoding="utf-8")
+    if control is None:
+        raise RunnerError(f"{path}: a .deb without a control file")
+    return control.strip()
 
 
 # apt wants a Date; a fixed one keeps the same index the same bytes.

@@ -5,16 +5,13 @@ store in one SQLite file. A production fleet uses a Temporal cluster (on Postgre
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from runner.core.errors import RunnerError
-from runner.core.processes import stop_process
+from runner.core.processes import start_listening, stop_process
 
 START_SECONDS = 60.0
 
@@ -46,29 +43,19 @@ def dev_server_command(port: int, store: Path) -> list[str]:
     ]
 
 
-def wait_for_port(port: int, process: subprocess.Popen[bytes], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RunnerError(f"temporal server start-dev exited {process.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise RunnerError(f"temporal server start-dev: 127.0.0.1:{port} not open after {seconds:g} s")
-
-
 @contextmanager
 def dev_server(port: int, store: Path, log: Path) -> Iterator[str]:
     """The server while the block runs; its address."""
     store.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as output:
-        process = subprocess.Popen(
-            dev_server_command(port, store), stdout=output, stderr=subprocess.STDOUT
+        process = start_listening(
+            dev_server_command(port, store),
+            port,
+            "temporal server start-dev",
+            START_SECONDS,
+            output,
         )
     try:
-        wait_for_port(port, process, START_SECONDS)
         yield f"127.0.0.1:{port}"
     finally:
         stop_process(process, 30)

@@ -4,7 +4,7 @@ Task images build and verifiers set up inside the guest's containers, which reac
 ``layout.GUEST_MIRROR_ADDRESS`` (a QEMU guestfwd to a host loopback port). It serves
 
     /debian/            a flat apt repository (``deb [trusted=yes] URL/debian ./``): Packages and
-                        Release made from the resolution's .deb files (``dpkg-deb -f``)
+                        Release made from the resolution's .deb files (their control files)
     /debian/<codename>/ the same of the debs taken from another Debian release (a built base
                         image of that release has it as its apt source)
     /simple/<project>/  a PEP 503 index of the resolution's wheels, with their sha256
@@ -34,7 +34,6 @@ import contextlib
 import html
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -56,6 +55,7 @@ from runner.core.apt_index import DebFile, packages_index, release_file
 from runner.core.errors import RunnerError
 from runner.core.files import read_model
 from runner.core.models import FrozenModel
+from runner.core.processes import start_listening
 from runner.core.signals import take_sigterm
 from runner.lab.state import LabPaths, load_lab_state
 from runner.spec.base_images import DEBIAN_RELEASES
@@ -383,21 +383,7 @@ def start_mirror(
         "--port", str(port), "--log", str(log_path),
         *(arg for name in withhold for arg in ("--withhold", name)),
     ]  # fmt: skip
-    return start_server(command, port)
-
-
-def start_server(command: list[str], port: int) -> subprocess.Popen[bytes]:
-    """``command`` started, returned once 127.0.0.1:``port`` accepts connections."""
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + READY_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RunnerError(f"the lab's package mirror exited at start ({process.returncode})")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-            return process
-        time.sleep(0.2)
-    process.kill()
-    raise RunnerError(f"the lab's package mirror did not listen on 127.0.0.1:{port}")
+    return start_listening(command, port, "the lab's package mirror", READY_SECONDS)
 
 
 def _lab_port(lab: str) -> tuple[int, Path]:
