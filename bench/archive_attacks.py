@@ -4,14 +4,15 @@ printed last (its verdict), its exit code, and what it cost at its peak: memory 
 resident set of the process and what it waited for, from GNU time), disk (the most its scratch
 directory held, polled), CPU and wall seconds.
 
-The genuine run is the demo lock's cells on the fast tests' fake guest (tests/support/fake_lab.py),
-archived twice (the same bytes) and checked; every hostile input is built from it with the
-tests' own builders (tests/support/hostile_archives.py, scan_evasions.py), at the issue's
-scale: the 2 GiB and 4 GiB cases are a few MiB of gzip, written streamed. ``--archive FILE
---key FILE`` adds a real run's archive, checked alike. Nothing here is a pass/fail test; all of
-it is loopback-free (no network at all) and takes some minutes on two busy cores.
+The genuine run is the demo lock's cells (``--lock``: another lock's, e.g. the seed run's 36) on
+the fast tests' fake guest (tests/support/fake_lab.py), archived twice (the same bytes) and
+checked; every hostile input is built from it with the tests' own builders
+(tests/support/hostile_archives.py, scan_evasions.py), at the issue's scale: the 2 GiB and 4 GiB
+cases are a few MiB of gzip, written streamed. ``--archive FILE --key FILE`` adds a real run's
+archive, checked alike. Nothing here is a pass/fail test; all of it is loopback-free (no network
+at all) and takes some minutes on two busy cores.
 
-    python -m bench.archive_attacks [--json FILE] [--archive FILE --key FILE]   (from the checkout)
+    python -m bench.archive_attacks [--json FILE] [--archive FILE --key FILE] [--lock LOCK]
 """
 
 from __future__ import annotations
@@ -155,11 +156,11 @@ def size_of(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def genuine_run(root: Path) -> Path:
-    """A finished demo run on the fake guest (its operator key in a cache of its own)."""
+def genuine_run(root: Path, lock: Path) -> Path:
+    """A finished run of ``lock`` on the fake guest (its operator key in a cache of its own)."""
     os.environ[CACHE_ENV] = str(root / "cache")
     lab = FakeLab(FakeTransport(trials=trial_tree(root / "t", "fail")))
-    receipt = execute(ExecuteOptions(DEMO, root / "run", "fake"), Console(file=io.StringIO()), lab)
+    receipt = execute(ExecuteOptions(lock, root / "run", "fake"), Console(file=io.StringIO()), lab)
     assert receipt.status == "completed", receipt.reasons
     return root / "run"
 
@@ -290,6 +291,12 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write every row, its verdict whole, here")
     parser.add_argument("--archive", type=Path, help="a real run's archive, checked too")
     parser.add_argument("--key", type=Path, help="the operator's public key for --archive")
+    parser.add_argument(
+        "--lock",
+        type=Path,
+        default=DEMO,
+        help="the genuine run's lock (locks/seed-arm64.toml: 36 cells)",
+    )
     args = parser.parse_args()
     if (args.archive is None) != (args.key is None):
         parser.error("--archive and --key go together")
@@ -297,7 +304,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-archive-attacks-"))
     try:
         bench = Bench(root)
-        run_dir = genuine_run(root)
+        run_dir = genuine_run(root, args.lock.resolve())
         key = RunPaths(run_dir).receipt_public_key
         archive = genuine(bench, run_dir, key)
         if args.archive is not None:
