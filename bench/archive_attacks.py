@@ -13,6 +13,7 @@ archive, checked alike. Nothing here is a pass/fail test; all of it is loopback-
 at all) and takes some minutes on two busy cores.
 
     python -m bench.archive_attacks [--json FILE] [--archive FILE --key FILE] [--lock LOCK]
+        [--genuine-only]
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from runner.core.roots import CACHE_ENV, REPO_ROOT
+from runner.core.roots import CACHE_ENV, REPO_ROOT, cache_root
 from runner.records.paths import RunPaths
 from runner.run.archive import write_archive
 from runner.run.execute import ExecuteOptions, execute
@@ -157,8 +158,12 @@ def size_of(path: Path) -> int:
 
 
 def genuine_run(root: Path, lock: Path) -> Path:
-    """A finished run of ``lock`` on the fake guest (its operator key in a cache of its own)."""
+    """A finished run of ``lock`` on the fake guest (its operator key in a cache of its own; a
+    git task source's trees read from the host cache, where ``runner resolve`` put them)."""
+    tasks = cache_root() / "tasks"
     os.environ[CACHE_ENV] = str(root / "cache")
+    (root / "cache").mkdir()
+    (root / "cache" / "tasks").symlink_to(tasks)
     lab = FakeLab(FakeTransport(trials=trial_tree(root / "t", "fail")))
     receipt = execute(ExecuteOptions(lock, root / "run", "fake"), Console(file=io.StringIO()), lab)
     assert receipt.status == "completed", receipt.reasons
@@ -297,6 +302,9 @@ def main() -> None:
         default=DEMO,
         help="the genuine run's lock (locks/seed-arm64.toml: 36 cells)",
     )
+    parser.add_argument(
+        "--genuine-only", action="store_true", help="the genuine run's rows only, no attack"
+    )
     args = parser.parse_args()
     if (args.archive is None) != (args.key is None):
         parser.error("--archive and --key go together")
@@ -309,9 +317,10 @@ def main() -> None:
         archive = genuine(bench, run_dir, key)
         if args.archive is not None:
             bench.check("the archive given", args.archive.resolve(), args.key.resolve())
-        outsider(bench, archive, key)
-        key_holder(bench, run_dir, key)
-        scan_evasions(bench, run_dir, key)
+        if not args.genuine_only:
+            outsider(bench, archive, key)
+            key_holder(bench, run_dir, key)
+            scan_evasions(bench, run_dir, key)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     seconds = time.monotonic() - started
