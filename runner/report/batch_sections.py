@@ -28,7 +28,7 @@ from runner.report.document import (
 from runner.report.formats import (
     METRIC_WORDS,
     bootstrap_words,
-    ci,
+    ci_label,
     coverage_words,
     equal_words,
     fmt_figure,
@@ -136,7 +136,7 @@ def describe(comparison: Comparison, labels: dict[str, str], methods: Methods) -
     if estimate.all_equal:
         return f"{text}; {equal_words(estimate, 'clusters')} ({bootstrap_words(methods)})"
     interval = fmt_interval(comparison.interval, ".2f")
-    label = ci(methods) if estimate.labelled_confidence else "interval"
+    label = ci_label(methods) if estimate.labelled_confidence else "interval"
     return (
         f"{text}; {label} of the ratio {interval}{coverage_words(estimate, 'clusters')} "
         f"({clusters}; {bootstrap_words(methods)})"

@@ -109,13 +109,13 @@ def bootstrap_words(methods: Methods) -> str:
     )
 
 
-def ci(methods: Methods) -> str:
+def ci_label(methods: Methods) -> str:
     return f"{methods.confidence * 100:.0f} % CI"
 
 
 def interval_words(methods: Methods) -> str:
     return (
-        f"[interval]: {ci(methods)} unless its coverage is stated; ratios: "
+        f"[interval]: {ci_label(methods)} unless its coverage is stated; ratios: "
         f"{bootstrap_words(methods)}; {methods.small_samples}"
     )
 
