@@ -38,9 +38,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from runner.archive.tarball import write_archive
 from runner.core.roots import CACHE_ENV, REPO_ROOT, cache_root
 from runner.records.paths import RunPaths
-from runner.run.archive import write_archive
 from runner.run.execute import ExecuteOptions, execute
 from tests.support import hostile_archives as hostile
 from tests.support.fake_lab import FakeLab

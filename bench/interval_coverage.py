@@ -1,6 +1,6 @@
 """The coverage of the report's intervals at 3 to 12 clusters, simulated (seeded) through the
 report's own interval (tests/support/interval_coverage.py): the table behind
-runner.run.simulated.COVERAGE and the README's, with the label the report prints.
+runner.report.simulated.COVERAGE and the README's, with the label the report prints.
 
     python bench/interval_coverage.py
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sys
 
-from runner.run import stats
-from runner.run.simulated import COVERAGE_METHODS, SIMULATED_CLUSTERS
+from runner.report import stats
+from runner.report.simulated import COVERAGE_METHODS, SIMULATED_CLUSTERS
 from tests.support.interval_coverage import DATA_SETS, RESAMPLES, coverage_table, simulate_median
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from runner.run.stats import ALPHA
+from runner.report.stats import ALPHA
 from runner.spec.lock import load_lock
 from tests.support.synthetic_ledger import EFFECTS, order_detection_rate
 

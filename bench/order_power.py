@@ -1,7 +1,7 @@
 """The order test's power: on seeded synthetic ledgers (tests/support/synthetic_ledger.py) whose
 first position in each block passes with 0.2 instead of 0.8 and takes 3x the wall time, the share
 on which the test by position finds it, at ALPHA / m for m = 1 to 4 order tests Holm-corrected
-together: the table behind runner.run.simulated.ORDER_POWER, per design (harnesses x tasks x
+together: the table behind runner.report.simulated.ORDER_POWER, per design (harnesses x tasks x
 repeats: the lock's, its repeats set to each given).
 
     python bench/order_power.py [LOCK] [SEEDS] [REPEATS ...]
@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from runner.run.simulated import MAX_ORDER_TESTS
-from runner.run.stats import ALPHA
+from runner.report.simulated import MAX_ORDER_TESTS
+from runner.report.stats import ALPHA
 from runner.spec.lock import load_lock
 from tests.support.synthetic_ledger import position_p_values
 

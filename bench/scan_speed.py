@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from runner.proxy.bearer import new_bearer
-from runner.run.scan import scan
+from runner.scan.scan import scan
 
 SECRETS = {
     "provider_key": ["sk-real-provider-key-7f3a9c2e" * 3],

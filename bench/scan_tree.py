@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from runner.run.scan import scan
+from runner.scan.scan import scan
 
 SECRETS = {"provider_key": ["sk-real-provider-key-7f3a9c2e" * 3]}
 

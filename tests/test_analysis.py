@@ -1,4 +1,4 @@
-"""The analysis of a ledger (runner.run.analysis) on ledgers built to contradict it: an estimate
+"""The analysis of a ledger (runner.report.analysis) on ledgers built to contradict it: an estimate
 must lie inside its own interval, whatever cells are missing or lack a value."""
 
 from __future__ import annotations
@@ -14,19 +14,22 @@ from runner.freeze.manifest import FreezeManifest, OracleScore
 from runner.records.ledger import Ledger, LedgerLine
 from runner.records.paths import RunPaths
 from runner.records.schedule import Schedule, build_schedule
-from runner.run import stats
-from runner.run.analysis import (
+from runner.report import stats
+from runner.report.analysis import (
     Comparison,
     batch_stats,
-    cells_by_harness,
     compare,
     harness_pairs,
     unjudged_by_ledger,
 )
-from runner.run.document import Paragraph, Strong
-from runner.run.receipt import SCRIPTED_PROVIDER_NOTE, build_receipt
-from runner.run.report import describe, load_run, render_markdown, these_tasks_only
-from runner.run.stats import Estimate, Interval
+from runner.report.batch_sections import describe
+from runner.report.document import Paragraph, Strong
+from runner.report.evidence import load_run
+from runner.report.ledger_cells import cells_by_harness
+from runner.report.receipt import SCRIPTED_PROVIDER_NOTE, build_receipt
+from runner.report.stats import Estimate, Interval
+from runner.report.stats_sections import these_tasks_only
+from runner.report.write import render_markdown
 from runner.spec.lock import Lock, load_lock
 from runner.verify.report import VerifyReport
 from tests.support.freeze_factory import manifest_of

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import runner.run.archive as archive_module
+import runner.archive.tarball as archive_module
+from runner.archive.tar_format import BLOCK, Budget, Spend, read_members, stream_bound
+from runner.archive.tarball import MAX_RECORD_BYTES, MAX_SIGNATURE_BYTES, unpack, write_archive
 from runner.cli.main import cli
 from runner.core.errors import InputError
 from runner.records.paths import RunPaths
-from runner.run.archive import MAX_RECORD_BYTES, MAX_SIGNATURE_BYTES, unpack, write_archive
-from runner.run.archive_format import BLOCK, Budget, Spend, read_members, stream_bound
 from tests.support.hostile_archives import (
     copy_of,
     declaring_huge_size,

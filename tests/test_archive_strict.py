@@ -1,5 +1,5 @@
 """One reading of the archive (#34 item 1): ``runner check-archive`` accepts only the gzip and
-tar subset ``runner archive`` writes (runner.run.archive_format), so what it checked is what
+tar subset ``runner archive`` writes (runner.archive.tar_format), so what it checked is what
 GNU tar and Python's tarfile unpack. Each forgery below was read one way by the check and
 another by tar (or ended the check in a traceback); each is now refused in one line naming the
 byte offset, the verdict the output's last line, exit 1.
@@ -18,11 +18,11 @@ import pytest
 from click.testing import CliRunner
 
 import runner.cli.check_archive as check_archive_cli
+from runner.archive.check import ArchiveBroken, check_archive
+from runner.archive.tar_format import BLOCK
+from runner.archive.tarball import write_archive
 from runner.cli.main import cli
 from runner.records.paths import RunPaths
-from runner.run.archive import write_archive
-from runner.run.archive_format import BLOCK
-from runner.run.check_archive import ArchiveBroken, check_archive
 from tests.support.archive_readers import every_reader_agrees
 from tests.support.hostile_archives import (
     FORGED_LEDGER,

@@ -54,20 +54,31 @@ def test_import_contracts_are_kept() -> None:
     assert "0 broken" in result.stdout, result.stdout
 
 
-def test_a_wrong_import_breaks_the_rooms_contract(tmp_path: Path) -> None:
-    """core, the lowest room, importing run (a higher one) in a copy of the tree."""
+@pytest.mark.parametrize(
+    ("module", "imported"),
+    [
+        ("core.canonical", "run.execute"),  # the lowest room importing orchestration
+        ("scan.layers", "report.stats"),  # the scan importing the report that reads scan.json
+        ("report.stats", "archive.check"),  # the report importing the check that recomputes it
+        ("archive.check", "run.execute"),  # the archive importing orchestration
+    ],
+)
+def test_a_wrong_import_breaks_the_rooms_contract(
+    tmp_path: Path, module: str, imported: str
+) -> None:
+    """A room importing a higher one, in a copy of the tree."""
     ignore = shutil.ignore_patterns("__pycache__")
     for package in PACKAGES:
         shutil.copytree(REPO / package, tmp_path / package, ignore=ignore)
     shutil.copy2(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
-    canonical = tmp_path / "runner" / "core" / "canonical.py"
-    canonical.write_text(canonical.read_text() + "\nfrom runner.run import execute  # noqa\n")
+    source = tmp_path / "runner" / (module.replace(".", "/") + ".py")
+    source.write_text(source.read_text() + f"\nimport runner.{imported}  # noqa\n")
 
     result = _gate(LINT_IMPORTS, cwd=tmp_path)
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
     assert f"{ROOMS_CONTRACT} BROKEN" in " ".join(output.split()), output
-    assert "runner.core.canonical -> runner.run" in output, output
+    assert f"runner.{module} -> runner.{imported.split('.')[0]}" in output, output
 
 
 def unvalidated_updates(source: str, filename: str) -> list[str]:

@@ -26,8 +26,8 @@ from runner.lab.transport import ExecResult
 from runner.records.ledger import Ledger, LedgerLine
 from runner.records.paths import RunPaths
 from runner.records.schedule import Cell, build_schedule
-from runner.run.egress_summary import CellEgress, egress_section, refused_egress, summed
-from runner.run.report import markdown
+from runner.report.egress_summary import CellEgress, egress_section, refused_egress, summed
+from runner.report.markdown import markdown
 from runner.spec.lock import Lock, load_lock
 from runner.verify.playbook import build_playbook
 from tests.support.cell_fixtures import runner_for

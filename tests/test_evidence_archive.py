@@ -24,6 +24,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from runner.archive import check as check_archive_module
+from runner.archive.check import ArchiveBroken, check_archive, check_order, check_signatures
+from runner.archive.tarball import DEFAULT_SIZE_LIMIT, read_manifest, unpack, write_archive
 from runner.core.errors import InputError
 from runner.core.files import read_model, write_model
 from runner.core.roots import CACHE_ENV, REPO_ROOT
@@ -31,20 +34,12 @@ from runner.freeze.manifest import OracleScore
 from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
 from runner.records.schedule import build_schedule
-from runner.run import check_archive as check_archive_module
-from runner.run import stats
-from runner.run.archive import (
-    DEFAULT_SIZE_LIMIT,
-    read_manifest,
-    unpack,
-    write_archive,
-)
-from runner.run.check_archive import ArchiveBroken, check_archive, check_order, check_signatures
+from runner.report import stats
+from runner.report.judge import running_versions
+from runner.report.signing import PublicKey
+from runner.report.stats import Interval, Proportion
+from runner.report.write import write_report
 from runner.run.execute import ExecuteOptions, execute
-from runner.run.judge import running_versions
-from runner.run.report import write_report
-from runner.run.signing import PublicKey
-from runner.run.stats import Interval, Proportion
 from runner.spec.lock import load_lock
 from runner.verify.report import VerifyReport
 from tests.support.archive_readers import intact

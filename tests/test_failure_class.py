@@ -28,10 +28,10 @@ from runner.proxy.bearer import BEARER_SHAPE
 from runner.records.ledger import Ledger, LedgerLine, cell_coordinates
 from runner.records.paths import RunPaths
 from runner.records.schedule import Cell, build_schedule
-from runner.run.document import Heading, Paragraph, Table
+from runner.report.document import Heading, Paragraph, Table
+from runner.report.failure_summary import NOT_RECORDED, failure_classes, render_failure_classes
+from runner.report.markdown import markdown
 from runner.run.execute import ExecuteOptions, execute
-from runner.run.failure_summary import NOT_RECORDED, failure_classes, render_failure_classes
-from runner.run.report import markdown
 from runner.spec.lock import Lock, Retry, load_lock
 from tests.support.cell_fixtures import SCRIPTED_KEYS, runner_for
 from tests.support.fake_lab import FakeLab

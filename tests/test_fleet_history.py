@@ -11,7 +11,7 @@ from runner.core.files import write_atomic
 from runner.fleet.history import decoded
 from runner.proxy.bearer import new_bearer
 from runner.records.paths import RunPaths
-from runner.run.scan import scan_run
+from runner.scan.scan import scan_run
 
 
 def payload(value: object) -> dict[str, object]:

@@ -12,7 +12,7 @@ from runner.core.files import write_model
 from runner.core.roots import REPO_ROOT
 from runner.records.paths import RunPaths
 from runner.records.schedule import build_schedule
-from runner.run.report import verify_state
+from runner.report.evidence import verify_state
 from runner.spec.lock import load_lock
 from runner.verify.report import Drift, VerifyReport
 

@@ -1,4 +1,4 @@
-"""The credential scan of the guest's disk after each attempt (runner.run.guest_scan): only what
+"""The credential scan of the guest's disk after each attempt (runner.scan.guest_disk): only what
 changed since the freeze is read, a secret there is a leak named by its guest path, cell and
 attempt, and it makes the run's scan unclean and its receipt failed_closed."""
 
@@ -24,7 +24,7 @@ from runner.proxy.bearer import new_bearer
 from runner.records.ledger import AttemptRecord
 from runner.records.paths import RunPaths
 from runner.run.execute import ExecuteOptions, execute
-from runner.run.guest_scan import (
+from runner.scan.guest_disk import (
     DiskFindings,
     GuestScan,
     guest_findings,
@@ -32,7 +32,7 @@ from runner.run.guest_scan import (
     scan_disk,
     unreadable,
 )
-from runner.run.scan import Findings, Leak, ScanFailure, ScanReport, SecretKind, scan_run
+from runner.scan.scan import Findings, Leak, ScanFailure, ScanReport, SecretKind, scan_run
 from tests.support.fake_lab import FakeLab
 from tests.support.fake_transport import FakeTransport, trial_tree
 

@@ -25,8 +25,8 @@ from runner.core.host_lock import (
     locked_versions,
 )
 from runner.core.roots import REPO_ROOT
-from runner.run.judge import running_judge
-from runner.run.receipt import Identities, Receipt
+from runner.report.judge import running_judge
+from runner.report.receipt import Identities, Receipt
 from tests.test_report_cli import reference_run, runner_cli
 
 LOCK_TEXT = """\

@@ -1,4 +1,4 @@
-"""The coverage the report labels its intervals with (runner.run.simulated.COVERAGE) is what the
+"""The coverage the report labels its intervals with (runner.report.simulated.COVERAGE) is what the
 seeded simulation through the report's own interval finds (tests/support/interval_coverage.py);
 the exact order-statistic interval of a median covers what it says."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from runner.run import stats
-from runner.run.simulated import COVERAGE, SIMULATED_CLUSTERS, simulated_coverage
+from runner.report import stats
+from runner.report.simulated import COVERAGE, SIMULATED_CLUSTERS, simulated_coverage
 from tests.support.interval_coverage import DATA_SETS, coverage_table, simulate_median
 
 # The simulation's own error: sqrt(0.9 x 0.1 / 400) = 0.015; a scipy at pyproject's floor may

@@ -8,7 +8,7 @@ import pytest
 from runner.core.canonical import sha256_digest
 from runner.core.errors import InputError, RunnerError
 from runner.records.ledger import Ledger, LedgerLine, chain_seed, check_chain
-from runner.run.receipt import build_receipt
+from runner.report.receipt import build_receipt
 from runner.spec.lock import load_lock
 from tests.support.ledger_factory import line_for, new_run_dir
 

@@ -33,7 +33,7 @@ from runner.guest.harness_config import (
 from runner.provider import Fault, ProviderScript, ToolCall, Turn
 from runner.proxy import CredentialProxy, ProxyCellCounts
 from runner.records.paths import RunPaths
-from runner.run.scan import new_canary, scan_run
+from runner.scan.scan import new_canary, scan_run
 from runner.spec.lock import Model, load_lock
 from tests.support.host_harnesses import HOST_HARNESSES
 from tests.support.proxy_fixtures import KEY_ENV, scripted_model

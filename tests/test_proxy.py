@@ -23,7 +23,7 @@ from runner.provider import Fault, ProviderScript, ToolCall, Turn
 from runner.proxy import CredentialProxy, ProxyCellCounts
 from runner.proxy.bearer import BEARER_PREFIX, BEARER_SHAPE, new_bearer
 from runner.records.paths import RunPaths
-from runner.run.scan import scan_run
+from runner.scan.scan import scan_run
 from tests.support.proxy_fixtures import CHAT, KEY, KEY_ENV, scripted_model, soon, upstream_model
 from tests.support.tls import LoopbackCA, make_ca
 

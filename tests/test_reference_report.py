@@ -10,8 +10,8 @@ import pytest
 
 from runner.core.canonical import canonical_json
 from runner.records.ledger import Ledger
-from runner.run.receipt import Receipt, build_receipt
-from runner.run.report import render_markdown
+from runner.report.receipt import Receipt, build_receipt
+from runner.report.write import render_markdown
 from runner.spec.lock import load_lock
 from tests.support.ledger_factory import new_run_dir
 from tests.support.reference_ledger import PUBLISHED, write_reference_ledger

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from runner.core.files import write_model
 from runner.records.paths import RunPaths
-from runner.run.scan import scan_run
+from runner.scan.scan import scan_run
 from runner.verify.report import VerifyReport
 from tests.support.ledger_factory import new_run_dir
 from tests.support.reference_ledger import write_reference_ledger

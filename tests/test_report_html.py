@@ -13,12 +13,13 @@ from markupsafe import escape
 from runner.core.files import read_model
 from runner.records.paths import RunPaths
 from runner.records.schedule import Schedule
-from runner.run.document import Table
-from runner.run.html_report import render_html
-from runner.run.receipt import SCRIPTED_PROVIDER_NOTE, Receipt
-from runner.run.report import document, first_requests, load_run, write_report
-from runner.run.run_cells import run_cells
-from runner.run.signing import OperatorKey
+from runner.report.document import Table
+from runner.report.evidence import first_requests, load_run
+from runner.report.html_page import render_html
+from runner.report.receipt import SCRIPTED_PROVIDER_NOTE, Receipt
+from runner.report.run_cells import run_cells
+from runner.report.signing import OperatorKey
+from runner.report.write import document, write_report
 from tests.support.browser import chromium, parse, render
 from tests.test_report_cli import reference_run, runner_cli
 

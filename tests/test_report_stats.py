@@ -14,10 +14,10 @@ from scipy.stats import binom
 
 from runner.records.ledger import LedgerLine
 from runner.records.schedule import Cell, Schedule, build_schedule
-from runner.run import stats
-from runner.run.analysis import PairedComparison, PassComparison, with_holm
-from runner.run.receipt import BatchReceipt, Receipt, build_receipt
-from runner.run.report import render_markdown
+from runner.report import stats
+from runner.report.paired import PairedComparison, PassComparison, with_holm
+from runner.report.receipt import BatchReceipt, Receipt, build_receipt
+from runner.report.write import render_markdown
 from runner.spec.lock import load_lock
 from tests.support.ledger_factory import line_for
 from tests.test_reference_report import reference_receipt  # noqa: F401  (fixture)
@@ -152,7 +152,7 @@ def test_glm_token_ratio_has_its_interval(reference_receipt: Receipt) -> None:  
     assert tokens.interval.low <= tokens.ratio <= tokens.interval.high
     assert round(tokens.ratio, 2) == 0.15
     text = render_markdown(reference_receipt)
-    # A percentile bootstrap over 9 clusters covers about 0.85 (runner.run.simulated): the
+    # A percentile bootstrap over 9 clusters covers about 0.85 (runner.report.simulated): the
     # report states that and no longer calls it a 95 % CI.
     assert tokens.coverage is not None and tokens.coverage < stats.SIMULATED_FLOOR
     assert (

@@ -24,8 +24,8 @@ from runner.provider import ProviderScript, ToolCall, Turn
 from runner.proxy import CredentialProxy, ProxyCellCounts, RequestLogEntry
 from runner.records.ledger import Ledger, LedgerLine, RequestSums
 from runner.records.paths import RunPaths
-from runner.run.report import write_report
-from runner.run.stats import spread
+from runner.report.stats import spread
+from runner.report.write import write_report
 from runner.spec.lock import Model
 from tests.support.ledger_factory import line_for, new_run_dir
 

@@ -21,9 +21,9 @@ from runner.core.errors import RunnerError
 from runner.core.files import read_model
 from runner.proxy.bearer import BEARER_LENGTH, BEARER_PREFIX, BEARER_SHAPE, new_bearer
 from runner.records.paths import RunPaths
-from runner.run import containers
-from runner.run.containers import CHUNK, MAX_DEPTH
-from runner.run.scan import ScanReport, new_canary, scan, scan_run
+from runner.scan import layers
+from runner.scan.layers import CHUNK, MAX_DEPTH
+from runner.scan.scan import ScanReport, new_canary, scan, scan_run
 
 KEY = "sk-real-provider-key-7f3a9c2e"
 BEARER = "bearer-of-cell-1-AbCdEfGhIjKl"
@@ -301,7 +301,7 @@ def test_the_depth_itself_is_searched(paths: RunPaths) -> None:
 def test_a_decompression_bomb_is_a_finding_at_the_cap(
     paths: RunPaths, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(containers, "MAX_INFLATED_BYTES", 8 << 20)
+    monkeypatch.setattr(layers, "MAX_INFLATED_BYTES", 8 << 20)
     # The cap holds for the file as a whole: each layer is under it, together they are not.
     inner = gzip.compress(b"\x00" * (5 << 20))
     bomb = gzip.compress(tarred(("a.gz", inner), ("b.gz", inner)))
@@ -394,7 +394,7 @@ def test_a_key_in_base64_in_json_and_across_a_chunk_boundary_is_found(paths: Run
 def test_a_tar_s_members_are_not_counted_as_inflated(
     paths: RunPaths, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(containers, "MAX_INFLATED_BYTES", 8 << 20)
+    monkeypatch.setattr(layers, "MAX_INFLATED_BYTES", 8 << 20)
     # 5 MiB inflated from the gzip; the tar's member is those bytes again, not more inflated.
     data = gzip.compress(tarred(("zeros.bin", b"\x00" * (5 << 20))))
     (paths.trial("cell-1") / "logs.tar.gz").write_bytes(data)

@@ -17,10 +17,10 @@ import pytest
 from runner.core.files import read_model
 from runner.freeze.inventory import DiskInventory
 from runner.records.paths import RunPaths
-from runner.run import containers
-from runner.run.containers import InflateBudget
-from runner.run.guest_scan import GuestScan, record_guest_scan, scan_disk
-from runner.run.scan import ScanReport, scan, scan_run
+from runner.scan import layers
+from runner.scan.guest_disk import GuestScan, record_guest_scan, scan_disk
+from runner.scan.layers import InflateBudget
+from runner.scan.scan import ScanReport, scan, scan_run
 from tests.support.scan_evasions import EVASIONS, KEY, LINE, deb, percent, u_escapes
 
 SECRETS = {"provider_key": [KEY]}
@@ -105,7 +105,7 @@ def test_random_binaries_are_no_containers_and_inflate_nothing_much(tmp_path: Pa
 def test_one_inflate_budget_for_the_whole_scan_and_its_cap_is_a_finding(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(containers, "MAX_INFLATED_BYTES", 8 << 20)
+    monkeypatch.setattr(layers, "MAX_INFLATED_BYTES", 8 << 20)
     for name in ("a.gz", "b.gz"):  # each under the cap, together over it
         (tmp_path / name).write_bytes(gzip.compress(b"\x00" * (5 << 20)))
     report = scan([tmp_path], SECRETS, base=tmp_path)  # type: ignore[arg-type]

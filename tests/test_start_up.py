@@ -25,8 +25,9 @@ from runner.lab.harbor_result import HarborTrialResult
 from runner.proxy.models import ProxyCellCounts, RequestLogEntry
 from runner.records.ledger import LedgerLine
 from runner.records.schedule import build_schedule
-from runner.run.receipt import build_receipt, compiled_caches
-from runner.run.report import document, markdown
+from runner.report.markdown import markdown
+from runner.report.receipt import build_receipt, compiled_caches
+from runner.report.write import document
 from runner.spec.lock import Lock, load_lock
 from tests.support.ledger_factory import line_for
 
@@ -256,8 +257,8 @@ def test_warm_compiled_caches_are_refused_at_provisioning(lock: Lock) -> None:
 
 def test_report_html_and_receipt_of_a_run_carry_both(tmp_path: Path) -> None:
     from runner.records.ledger import Ledger
-    from runner.run.report import write_report
-    from runner.run.scan import scan_run
+    from runner.report.write import write_report
+    from runner.scan.scan import scan_run
     from tests.support.ledger_factory import new_run_dir
     from tests.test_report_cli import passed_verify
 

@@ -8,14 +8,9 @@ from pathlib import Path
 import pytest
 
 from runner.records.schedule import build_schedule
-from runner.run.analysis import (
-    BatchStats,
-    batch_stats,
-    harness_pairs,
-    order_effects,
-    unjudged_by_ledger,
-)
-from runner.run.stats import Estimate
+from runner.report.analysis import BatchStats, batch_stats, harness_pairs, unjudged_by_ledger
+from runner.report.order_effects import order_effects
+from runner.report.stats import Estimate
 from runner.spec.lock import load_lock
 from tests.support.ledger_factory import line_for
 from tests.support.synthetic_ledger import (

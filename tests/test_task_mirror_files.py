@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from runner.records.tasks import RunTasks, task_mirror_files
-from runner.run.report import markdown, mirror_files_section
+from runner.records.run_tasks import RunTasks, task_mirror_files
+from runner.report.markdown import markdown
+from runner.report.run_sections import mirror_files_section
 from runner.spec.resolution import PinnedArtifact
 
 

@@ -12,13 +12,13 @@ import pytest
 from rich.console import Console
 
 from runner.artifacts.resolver import UnavailableArtifacts, resolve_lock
-from runner.artifacts.tasks import check_recorded, fetch_tasks
+from runner.artifacts.task_source import check_recorded, fetch_tasks
 from runner.cache.paths import CachePaths
 from runner.core.errors import RunnerError
 from runner.core.roots import REPO_ROOT
 from runner.spec.lock import Lock, load_lock
 from runner.spec.resolution import ResolvedTask
-from runner.spec.tasks import UNTOUCHED, derive_task, tree_digest
+from runner.spec.task_derivation import UNTOUCHED, derive_task, tree_digest
 
 TB21 = REPO_ROOT / "locks" / "tb21.toml"
 COMMIT = "53d4071682110e8d0c7fbe6bee5d488f05891717"

@@ -12,7 +12,7 @@ from runner.core.canonical import canonical_json
 from runner.core.errors import RunnerError
 from runner.core.models import updated
 from runner.records.ledger import AttemptRecord, Ledger, now
-from runner.run.receipt import Totals
+from runner.report.receipt import Totals
 from runner.spec.lock import load_lock
 from runner.spec.resolution import load_resolution, load_resolved_lock, resolution_path
 from tests.support.ledger_factory import new_run_dir

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("runner", "deploy", "images")
 DATA_FILES = (
     "runner/freeze/scope.toml",
-    "runner/run/templates/report.html.j2",
+    "runner/report/templates/report.html.j2",
     "deploy/templates/domain.xml",
     "images/initramfs/init",
     "images/guest/usr/local/sbin/lab-authorized-key",

@@ -34,14 +34,8 @@ from runner.core.roots import REPO_ROOT
 from runner.guest import warm_harbor
 from runner.guest.task_images import TaskImageBuild
 from runner.lab import egress
-from runner.lab.layout import (
-    AGENT_USER,
-    ARTIFACTS_MOUNT_TAG,
-    DOCKER_HOST,
-    GUEST,
-    GUEST_MIRROR_URL,
-)
-from runner.lab.tasks import derive_tasks
+from runner.lab.layout import AGENT_USER, ARTIFACTS_MOUNT_TAG, DOCKER_HOST, GUEST, GUEST_MIRROR_URL
+from runner.lab.task_trees import derive_tasks
 from runner.spec.lock import Lock
 from runner.spec.resolution import (
     BUILD_KINDS,
@@ -50,7 +44,7 @@ from runner.spec.resolution import (
     load_resolution,
     resolution_path,
 )
-from runner.spec.tasks import TaskDerivation
+from runner.spec.task_derivation import TaskDerivation
 
 # Mount options exactly as /proc/self/mountinfo shows them (pyinfra's server.mount compares
 # them); fstab has the same. msize: 512000 is virtio-9p's largest. cache=0xf is cache=loose as the

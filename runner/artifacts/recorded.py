@@ -20,7 +20,7 @@ from rich.console import Console
 from runner.artifacts.fetch import Fetched, FetchReport, Wanted, fetch_all
 from runner.artifacts.git import pack_git
 from runner.artifacts.oci import fetch_recorded_image
-from runner.artifacts.tasks import check_recorded, fetch_tasks
+from runner.artifacts.task_source import check_recorded, fetch_tasks
 from runner.cache.store import ArtifactStore
 from runner.core.errors import RunnerError
 from runner.spec.lock import PinnedPackage, TaskSource

@@ -30,7 +30,7 @@ from runner.artifacts.npm import (
 )
 from runner.artifacts.oci import image_problems, pull_image, skopeo_version
 from runner.artifacts.plan import Plan, Planned
-from runner.artifacts.tasks import fetch_tasks
+from runner.artifacts.task_source import fetch_tasks
 from runner.artifacts.tools import PIP, run_tool, tool_version
 from runner.artifacts.wheels import harbor_pin_problem, plan_wheels
 from runner.cache.paths import CachePaths

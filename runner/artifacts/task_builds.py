@@ -38,7 +38,7 @@ from runner.lab.transport import GuestTransport, SshTransport
 from runner.spec.lock import Lock
 from runner.spec.platform import GuestPlatform
 from runner.spec.resolution import PinnedArtifact
-from runner.spec.tasks import TaskDerivation
+from runner.spec.task_derivation import TaskDerivation
 
 _GUEST_WAIT_SECONDS = 60.0
 _LAST_LINES = 3

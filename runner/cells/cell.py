@@ -226,7 +226,7 @@ class CellRunner:
     # Tasks this lab cannot judge (their oracle did not score 1 at the freeze), and why.
     unjudged: Mapping[str, str] = field(default_factory=dict)
     # The credential scan of the guest's disk after an attempt, before the next reset discards
-    # it (runner.run.guest_scan): called with the cell's id and the attempt's number; it
+    # it (runner.scan.guest_disk): called with the cell's id and the attempt's number; it
     # records what it found, or that it could not read, and does not raise.
     scan_guest: Callable[[str, int], None] | None = None
     on_phase: Callable[[str], None] | None = None  # PhaseTimer.listener of every attempt

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from runner.run.archive import DEFAULT_SIZE_LIMIT, write_archive
-from runner.run.signing import fingerprint_of
+from runner.archive.tarball import DEFAULT_SIZE_LIMIT, write_archive
+from runner.report.signing import fingerprint_of
 
 
 @click.command("archive")

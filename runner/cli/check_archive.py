@@ -8,9 +8,9 @@ from pathlib import Path
 
 import click
 
+from runner.archive.check import ArchiveBroken, check_archive
 from runner.core.errors import InputError, RunnerError, terminal_safe
-from runner.run.check_archive import ArchiveBroken, check_archive
-from runner.run.signing import PublicKey
+from runner.report.signing import PublicKey
 
 # The archive holds together, but some outcomes stand on the operator's word alone.
 NOT_REJUDGED_EXIT = 2

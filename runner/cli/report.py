@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from runner.records.paths import RunPaths
-from runner.run.report import write_report
-from runner.run.signing import fingerprint_of
+from runner.report.signing import fingerprint_of
+from runner.report.write import write_report
 
 
 @click.command("report")

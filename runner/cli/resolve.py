@@ -35,7 +35,7 @@ from runner.cache.store import ArtifactStore
 from runner.core.errors import InputError, RunnerError
 from runner.core.files import read_model, write_atomic, write_model
 from runner.core.roots import REPO_ROOT
-from runner.lab.tasks import task_derivations
+from runner.lab.task_trees import task_derivations
 from runner.spec.lock import Lock, load_lock
 from runner.spec.resolution import (
     RecordedContent,

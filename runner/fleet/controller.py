@@ -64,6 +64,8 @@ from runner.fleet.workflow import BatchWorkflow, HostsWorkflow
 from runner.records.ledger import AttemptRecord, Failure, Ledger, now
 from runner.records.paths import RunPaths
 from runner.records.schedule import Batch
+from runner.report.receipt import Receipt, Stage
+from runner.report.write import write_report
 from runner.run.execute import (
     record_abort,
     run_task_derivations,
@@ -71,11 +73,9 @@ from runner.run.execute import (
     set_aside_earlier_abort,
     take_provider_keys,
 )
-from runner.run.guest_scan import guest_findings
-from runner.run.receipt import Receipt, Stage
-from runner.run.report import write_report
 from runner.run.run_dir import OpenRun, open_run
-from runner.run.scan import SecretKind, new_canary, scan_run
+from runner.scan.guest_disk import guest_findings
+from runner.scan.scan import SecretKind, new_canary, scan_run
 from runner.spec.fleet import QUEUE_PREFIX, Fleet
 
 HEARTBEAT_SECONDS = 5.0  # a host silent this long is lost (its cell re-dispatched)

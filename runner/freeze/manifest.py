@@ -18,7 +18,7 @@ from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.errors import InputError, describe_validation_error
 from runner.core.models import FrozenModel, Sha256, Slug
 from runner.freeze.inventory import DiskInventory, Observed
-from runner.spec.tasks import TaskDerivation
+from runner.spec.task_derivation import TaskDerivation
 
 # 2: the whole disk read on the host and the live state (the scope's files, trees and venvs of
 # schema 1 are gone): a lab frozen with schema 1 must be frozen again.
@@ -227,8 +227,8 @@ class FreezeManifest(FrozenModel):
     environment_fingerprint: Sha256
     scope: FreezeScope
     state: GuestState
-    # With the lock given to `runner freeze`: the tasks as the lab runs them (runner.spec.tasks)
-    # and the oracle's score of each.
+    # With the lock given to `runner freeze`: the tasks as the lab runs them
+    # (runner.spec.task_derivation) and the oracle's score of each.
     tasks: tuple[TaskDerivation, ...] = ()
     oracle: tuple[OracleScore, ...] = ()
 

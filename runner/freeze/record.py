@@ -42,11 +42,11 @@ from runner.lab.mirror import lab_mirror
 from runner.lab.oracle_run import OracleRun
 from runner.lab.snapshot import SavedState, save_frozen_state
 from runner.lab.state import LabPaths, LabState, load_lab_state
-from runner.lab.tasks import task_derivations
+from runner.lab.task_trees import task_derivations
 from runner.lab.transport import GuestTransport, SshTransport
 from runner.spec.lock import Lock
 from runner.spec.resolution import load_resolution, load_resolved_lock, resolution_path
-from runner.spec.tasks import TaskDerivation
+from runner.spec.task_derivation import TaskDerivation
 
 COLLECT_SCRIPT = "guest/collect_state.py"
 ZERO_MEMORY_SCRIPT = "guest/zero_free_memory.py"

@@ -21,7 +21,7 @@
     fleet/batches/        a fleet run's outcome of each batch's workflow
     aborted.json          why the last execute stopped early (absent when it ran to the end)
     receipt.json          the receipt (status per batch and overall, the ledger's chain head)
-    receipt.sig           the lab operator's SSH signature of receipt.json (runner.run.signing)
+    receipt.sig           the lab operator's SSH signature of receipt.json (runner.report.signing)
     receipt-key.pub       the public half of the key that signed it
     report.md, report.png the human report
     report.html           the same report as a static page, readable offline

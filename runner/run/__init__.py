@@ -1,2 +1,3 @@
-"""A whole run: the run dir, execute (preflight, cells, finish), progress, the credential scan,
-the receipt and the report."""
+"""A whole run: the run dir, execute (preflight, cells, finish) and its progress; the credential
+scan (runner.scan), the report (runner.report) and the archive (runner.archive) are rooms of their
+own."""

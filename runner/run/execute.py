@@ -33,13 +33,17 @@ from runner.lab.disk import quiesced_disk
 from runner.lab.mirror import lab_mirror
 from runner.lab.snapshot import running_disk
 from runner.lab.state import LabPaths, LabState, load_lab_state
-from runner.lab.tasks import task_derivations, upstream_root
+from runner.lab.task_trees import task_derivations, upstream_root
 from runner.lab.transport import GuestTransport, SshTransport
 from runner.proxy import CredentialProxy
 from runner.records.ledger import Failure, Ledger, now
 from runner.records.paths import RunPaths
-from runner.records.tasks import RunTasks, task_mirror_files
-from runner.run.guest_scan import (
+from runner.records.run_tasks import RunTasks, task_mirror_files
+from runner.report.receipt import Receipt, RunAbort, Stage
+from runner.report.write import write_report
+from runner.run.progress import RunProgress
+from runner.run.run_dir import OpenRun, open_run
+from runner.scan.guest_disk import (
     DiskFindings,
     guest_findings,
     last_unscanned_attempt,
@@ -48,14 +52,10 @@ from runner.run.guest_scan import (
     scan_disk,
     unreadable,
 )
-from runner.run.progress import RunProgress
-from runner.run.receipt import Receipt, RunAbort, Stage
-from runner.run.report import write_report
-from runner.run.run_dir import OpenRun, open_run
-from runner.run.scan import SecretKind, new_canary, scan_run
+from runner.scan.scan import SecretKind, new_canary, scan_run
 from runner.spec.lock import Lock
 from runner.spec.resolution import Resolution
-from runner.spec.tasks import TaskDerivation
+from runner.spec.task_derivation import TaskDerivation
 from runner.verify.audit import audit_lab, render_drifts
 from runner.verify.disk import load_inventory
 from runner.verify.report import VerifyReport
@@ -103,7 +103,7 @@ class Lab(Protocol):
         own_bearer: Sha256 | None = None,
     ) -> DiskFindings:
         """The secrets on the guest's disk, in what changed since the freeze (never raises: a
-        disk that could not be read is a failure of the scan, runner.run.guest_scan); the
+        disk that could not be read is a failure of the scan, runner.scan.guest_disk); the
         digest of the attempt's own bearer, expected in Podman's records of its exec."""
         ...
 

@@ -14,13 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import (
-    AfterValidator,
-    Field,
-    PrivateAttr,
-    field_validator,
-    model_validator,
-)
+from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_validator
 
 from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.errors import RunnerError
@@ -254,7 +248,7 @@ class TaskSource(FrozenModel):
     """Terminal-Bench tasks in Harbor's format: a git repository at a commit, or a local dir.
 
     What the lab changes about an upstream task to run it here is declared here and nowhere
-    else (runner.spec.tasks applies it and lists the changes): ``base_images`` maps a
+    else (runner.spec.task_derivation applies it and lists the changes): ``base_images`` maps a
     Dockerfile's ``FROM`` name to the lab's image; ``build_from_environment`` drops task.toml's
     prebuilt ``docker_image`` so the image is built from ``environment/`` for the guest's arch;
     ``verifier`` freezes what the verifier would install."""

@@ -128,7 +128,8 @@ class GitPackage(FrozenModel):
 
 class ResolvedTask(FrozenModel):
     """A task of a git task source: the commit it was fetched at and its tree's digest
-    (runner.spec.tasks.tree_digest, Terminal-Bench's own), which every later fetch must give."""
+    (runner.spec.task_derivation.tree_digest, Terminal-Bench's own), which every later fetch must
+    give."""
 
     id: Slug
     commit: str = Field(pattern=r"^[0-9a-f]{40}$")

@@ -9,9 +9,9 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from runner.run.archive_format import Member, read_members
-from runner.run.check_archive import Verdict, check_archive
-from runner.run.signing import PublicKey
+from runner.archive.check import Verdict, check_archive
+from runner.archive.tar_format import Member, read_members
+from runner.report.signing import PublicKey
 
 
 class _Kept(io.BytesIO):
@@ -20,7 +20,7 @@ class _Kept(io.BytesIO):
 
 
 def strict_members(tarball: Path) -> list[tuple[str, bytes]]:
-    """The members and their bytes as the check reads them (runner.run.archive_format)."""
+    """The members and their bytes as the check reads them (runner.archive.tar_format)."""
     read: dict[str, _Kept] = {}
 
     def take(member: Member) -> _Kept:

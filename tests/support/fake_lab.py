@@ -12,10 +12,10 @@ from pathlib import Path
 from runner.freeze.manifest import FreezeManifest
 from runner.lab.transport import GuestTransport
 from runner.run.execute import run_task_derivations
-from runner.run.guest_scan import DiskFindings
 from runner.run.run_dir import OpenRun
-from runner.run.scan import SecretKind
-from runner.spec.tasks import TaskDerivation
+from runner.scan.guest_disk import DiskFindings
+from runner.scan.scan import SecretKind
+from runner.spec.task_derivation import TaskDerivation
 from runner.verify.report import VerifyReport
 from tests.support.fake_transport import FakeTransport
 

@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import BinaryIO
 from unittest import mock
 
+from runner.archive import tarball as archive_module
+from runner.archive.tar_format import BLOCK, RECORD
+from runner.archive.tarball import ArchiveManifest, write_members, write_tarball
 from runner.core.canonical import canonical_json
 from runner.records.ledger import Ledger, LedgerLine
 from runner.records.paths import RunPaths
-from runner.run import archive as archive_module
-from runner.run.archive import ArchiveManifest, write_members, write_tarball
-from runner.run.archive_format import BLOCK, RECORD
-from runner.run.report import write_report
-from runner.run.signing import OperatorKey
+from runner.report.signing import OperatorKey
+from runner.report.write import write_report
 
 FORGED_LEDGER = b'{"forged": true}\n'
 FORGED_REPORT = b"# every cell passed\n"
@@ -213,7 +213,7 @@ class Zeros(io.RawIOBase):
 
 
 def packed(out: Path, members: Sequence[tuple[str, bytes | int]]) -> Path:
-    """Members written in the archive's own format (runner.run.archive.write_members); a
+    """Members written in the archive's own format (runner.archive.tarball.write_members); a
     member given as an int is that many zeros, streamed."""
 
     def streams() -> Iterator[tuple[str, int, BinaryIO]]:
@@ -288,7 +288,7 @@ def first_trial(paths: RunPaths) -> Path:
 
 @contextmanager
 def trial_results_digest_only() -> Iterator[None]:
-    """``runner.run.archive`` marks every trial's small result.json digest-only (kept out of
+    """``runner.archive.tarball`` marks every trial's small result.json digest-only (kept out of
     the tarball, its outcome not re-judged), under the size limit: the key holder's edit."""
     honest = archive_module.archive_manifest
 

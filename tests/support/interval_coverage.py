@@ -1,6 +1,6 @@
-"""The seeded simulation of the report's bootstrap intervals (runner.run.simulated.COVERAGE):
+"""The seeded simulation of the report's bootstrap intervals (runner.report.simulated.COVERAGE):
 for each method and each number of clusters from 3 to 12, ``DATA_SETS`` data sets drawn from a
-known distribution, each one's interval computed by ``runner.run.stats.percentile_interval``
+known distribution, each one's interval computed by ``runner.report.stats.percentile_interval``
 itself (all data sets in one vectorised call, ``RESAMPLES`` resamples each), and the share whose
 interval covers the true value.
 
@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from runner.run import stats
-from runner.run.simulated import COVERAGE_METHODS, SIMULATED_CLUSTERS, CoverageMethod
+from runner.report import stats
+from runner.report.simulated import COVERAGE_METHODS, SIMULATED_CLUSTERS, CoverageMethod
 
 SEED = 35
 DATA_SETS = 400

@@ -15,7 +15,7 @@ import numpy as np
 
 from runner.records.ledger import LedgerLine
 from runner.records.schedule import Batch, Cell, build_schedule
-from runner.run.analysis import NO_ORDER_EFFECT, OrderTest, order_effects
+from runner.report.order_effects import NO_ORDER_EFFECT, OrderTest, order_effects
 from runner.spec.lock import Lock
 from tests.support.ledger_factory import line_for
 

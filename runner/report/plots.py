@@ -7,9 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.run.receipt import BatchReceipt, Receipt
-from runner.run.run_cells import CELL_STATES, CellState, RunCell
-from runner.run.stats import Proportion
+from runner.report.document import NOT_RETURNED
+from runner.report.receipt import BatchReceipt, Receipt
+from runner.report.run_cells import CELL_STATES, CellState, RunCell
+from runner.report.stats import Proportion
 
 if TYPE_CHECKING:  # matplotlib is imported where it draws: it costs seconds of start-up
     from matplotlib.axes import Axes
@@ -119,3 +120,47 @@ def timeline(receipt: Receipt, cells: dict[str, tuple[RunCell, ...]], path: Path
     for axis, batch in zip(axes, receipt.batches, strict=True):
         _timeline_axis(axis, batch, cells.get(batch.batch, ()))
     save(fig, path)
+
+
+def wall_and_tokens(receipt: Receipt, path: Path) -> None:
+    """Wall time and provider tokens per harness, one row per batch."""
+    # Imported here: matplotlib costs seconds of start-up that every other verb would pay.
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on a benchmark host
+    import matplotlib.pyplot as plt
+
+    batches = receipt.batches
+    figure, axes = plt.subplots(len(batches), 2, figsize=(11, 3.6 * len(batches)), squeeze=False)
+    for row, batch in enumerate(batches):
+        labels = [group.label for group in batch.harnesses]
+        positions = list(range(len(labels)))
+        wall_axis, token_axis = axes[row]
+        wall_axis.bar(positions, [g.totals.wall_seconds for g in batch.harnesses])
+        wall_axis.set_title(f"{batch.model}: wall seconds")
+        tokens = [group.totals.provider_tokens for group in batch.harnesses]
+        # A missing value gets no bar and a label, never a bar of height 0.
+        token_axis.bar(
+            [p for p, value in zip(positions, tokens, strict=True) if value is not None],
+            [value for value in tokens if value is not None],
+            color="tab:orange",
+        )
+        for position, value in zip(positions, tokens, strict=True):
+            if value is None:
+                token_axis.text(
+                    position,
+                    0.5,
+                    NOT_RETURNED,
+                    ha="center",
+                    va="center",
+                    transform=token_axis.get_xaxis_transform(),
+                )
+        token_axis.set_title(f"{batch.model}: provider tokens")
+        if all(value is None for value in tokens):
+            token_axis.set_yticks([])
+        for axis in (wall_axis, token_axis):
+            axis.set_xticks(positions, labels)
+            axis.set_xlim(-0.6, len(labels) - 0.4)
+            axis.set_ylim(bottom=0)
+    figure.suptitle(f"{receipt.identities.lock_name}: {receipt.status}")
+    save(figure, path)

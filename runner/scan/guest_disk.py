@@ -6,7 +6,7 @@ the host reads it (runner.lab.disk: the guest holds its filesystem frozen meanwh
 searches every file that changed since the freeze (a path the freeze's inventory lacks, or whose
 ctime moved; the inventory's excluded paths, such as /var/log, are always read) for the real
 keys, every bearer issued so far and the bearer shape, compressed files inside too
-(runner.run.scan's search). Each attempt's result is ``attempts/<cell>/guest-scan-<n>.json``;
+(runner.scan.scan's search). Each attempt's result is ``attempts/<cell>/guest-scan-<n>.json``;
 the run's ``scan.json`` takes their leaks and failures in, so a secret on the guest's disk makes
 the receipt ``failed_closed``, naming the path. A guest disk that could not be read is a failure
 of the scan, as any file that could not be read through is. An attempt whose runner was killed
@@ -29,7 +29,7 @@ from runner.core.models import FrozenModel, Sha256, updated
 from runner.freeze.inventory import DiskInventory, walk
 from runner.records.ledger import AttemptRecord, Ledger
 from runner.records.paths import RunPaths
-from runner.run.scan import (
+from runner.scan.scan import (
     FileScan,
     Findings,
     Leak,

@@ -9,7 +9,7 @@ kept by digest only (in the manifest, not in the tarball); the records the check
 kept whole. The scan's canary is left out (it is planted to be found). The bytes depend only on
 the files: entries sorted, mtime 0, owner 0:0, mode 0644, gzip without name or time.
 
-Before the tarball is moved into place, the credential scan (runner.run.scan) runs over its own
+Before the tarball is moved into place, the credential scan (runner.scan.scan) runs over its own
 bytes and over every member unpacked: any bearer-shaped string refuses the archive.
 """
 
@@ -27,12 +27,7 @@ from typing import BinaryIO, Literal
 
 from pydantic import Field
 
-from runner.core.canonical import canonical_json, file_digest
-from runner.core.errors import InputError, RunnerError
-from runner.core.files import read_model
-from runner.core.models import FrozenModel, Sha256
-from runner.records.paths import RunPaths
-from runner.run.archive_format import (
+from runner.archive.tar_format import (
     MAX_UNPACKED_BYTES,
     Budget,
     Member,
@@ -40,9 +35,14 @@ from runner.run.archive_format import (
     read_members,
     stream_bound,
 )
-from runner.run.containers import InflateBudget
-from runner.run.scan import scan
-from runner.run.signing import OperatorKey, PublicKey, verify
+from runner.core.canonical import canonical_json, file_digest
+from runner.core.errors import InputError, RunnerError
+from runner.core.files import read_model
+from runner.core.models import FrozenModel, Sha256
+from runner.records.paths import RunPaths
+from runner.report.signing import OperatorKey, PublicKey, verify
+from runner.scan.layers import InflateBudget
+from runner.scan.scan import scan
 
 MANIFEST = "archive-manifest.json"
 MANIFEST_SIGNATURE = "archive-manifest.sig"
@@ -157,7 +157,7 @@ def _add(tar: tarfile.TarFile, name: str, size: int, data: BinaryIO) -> None:
 
 
 def write_members(target: BinaryIO, members: Iterable[tuple[str, int, BinaryIO]]) -> None:
-    """Each (name, size, bytes) as a member, in the format runner.run.archive_format reads."""
+    """Each (name, size, bytes) as a member, in the format runner.archive.tar_format reads."""
     with (
         gzip.GzipFile(filename="", mode="wb", fileobj=target, mtime=0) as zipped,
         tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar,
@@ -183,7 +183,7 @@ def write_tarball(target: BinaryIO, paths: RunPaths, manifest: ArchiveManifest, 
 
 def unpack(archive: Path, into: Path, trusted: PublicKey | None = None) -> str:
     """Unpack the tarball under ``into`` and return its one top directory: one reading by
-    runner.run.archive_format, signature first. The manifest and its signature, the first two
+    runner.archive.tar_format, signature first. The manifest and its signature, the first two
     members, are held in memory within constant caps and the signature verified (with
     ``trusted``, or when None with the key the manifest names: check-archive's unpinned mode,
     whose receipt key is compared later) before another member is read; from then on the

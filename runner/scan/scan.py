@@ -7,7 +7,7 @@ down), for a planted canary, and for any string of the bearer shape (``runner.pr
 also split by a line break or a colour code): that catches bearers issued by an earlier runner
 process, which a resumed run never knew. Every container the guest's own tools open is searched
 inside as well, layer within layer to a stated depth, all files within one inflate budget
-(runner.run.containers), and file and member names too. Every secret is searched for as UTF-8
+(runner.scan.layers), and file and member names too. Every secret is searched for as UTF-8
 (raw and JSON-escaped), UTF-16 and UTF-32 text (either byte order), and in what each stretch of
 text that could encode one decodes to (runner.core.secret_forms: base64, hex, hex dumps,
 percent and ``\\u``/``\\x`` escapes), two encodings deep; base64 or hex of a container is
@@ -48,12 +48,12 @@ from runner.proxy.bearer import (
     shape_in,
 )
 from runner.records.paths import RunPaths
-from runner.run.container_kinds import HEAD, may_be_proven, proven_kind
-from runner.run.containers import READ_ERRORS, InflateBudget, read_layers
+from runner.scan.layer_kinds import HEAD, may_be_proven, proven_kind
+from runner.scan.layers import READ_ERRORS, InflateBudget, read_layers
 
 SecretKind = Literal["provider_key", "bearer", "canary"]
 # What a search finds: a kind of secret, or a bearer of the shape known to be where it is by
-# design (runner.run.guest_scan: a cell's own bearer in Podman's records), which no report
+# design (runner.scan.guest_disk: a cell's own bearer in Podman's records), which no report
 # names as a leak.
 Found = SecretKind | Literal["own_bearer"]
 
@@ -267,7 +267,7 @@ class _Search:
 
 
 class _FileVisit:
-    """The layers of one file, each searched (runner.run.containers' visitor); ``prefix`` and
+    """The layers of one file, each searched (runner.scan.layers' visitor); ``prefix`` and
     ``level``: those of a decoded view whose container it reads."""
 
     def __init__(
@@ -387,7 +387,7 @@ class FileScan:
 
 @dataclass(frozen=True)
 class Findings:
-    """What scans made before found (the guest's disks, runner.run.guest_scan)."""
+    """What scans made before found (the guest's disks, runner.scan.guest_disk)."""
 
     leaks: tuple[Leak, ...] = ()
     failures: tuple[ScanFailure, ...] = ()
@@ -439,7 +439,7 @@ def scan_run(
     found_elsewhere: Findings = Findings(),
 ) -> ScanReport:
     """Scan the whole run directory (and any roots kept elsewhere) and write ``scan.json``;
-    ``found_elsewhere`` (the guest disks' findings, runner.run.guest_scan) is in it too."""
+    ``found_elsewhere`` (the guest disks' findings, runner.scan.guest_disk) is in it too."""
     roots = [paths.run_dir, *extra_roots]
     report = scan(roots, secrets_by_kind, base=paths.run_dir, found_elsewhere=found_elsewhere)
     write_model(paths.scan, report)

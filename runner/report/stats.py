@@ -6,7 +6,7 @@
 - medians: the exact order-statistic interval [X(k), X(n+1-k)] with its exact coverage;
 - ratios and the paired difference over tasks: percentile bootstrap (``scipy.stats.bootstrap``)
   of clusters, never single cells, with a fixed seed; each labelled with the coverage a seeded
-  simulation found for it at that number of clusters (``runner.run.simulated``);
+  simulation found for it at that number of clusters (``runner.report.simulated``);
 - paired pass/fail: exact McNemar (two-sided binomial test of b of b + c at 0.5), Holm-corrected;
 - a lower bound on the pass-rate difference detected with 80 % power at each pair's Holm step;
 - order effects: Kruskal-Wallis H, its p-value from a stratified permutation with a fixed seed.
@@ -24,7 +24,7 @@ from typing import Any, Literal
 import numpy as np
 
 from runner.core.models import FrozenModel
-from runner.run.simulated import CoverageMethod, simulated_coverage
+from runner.report.simulated import CoverageMethod, simulated_coverage
 
 __all__ = ["CoverageMethod"]  # re-exported: the methods' names callers pass
 

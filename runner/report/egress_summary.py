@@ -15,7 +15,7 @@ from runner.core.models import updated
 from runner.lab.egress import RefusedEgress
 from runner.records.ledger import Ledger
 from runner.records.paths import RunPaths
-from runner.run.document import Align, Block, Code, Heading, Paragraph, bullets, table
+from runner.report.document import Align, Block, Code, Heading, Paragraph, bullets, table
 from runner.spec.lock import load_lock
 
 NOTHING_REFUSED = "none"

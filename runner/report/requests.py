@@ -5,7 +5,7 @@ and what was measured here (the proxy's count, bytes and latency of each physica
 agent container's CPU time and peak memory from its cgroup). Each figure says how many of its
 requests (or cells) had it recorded at all, so a renderer can tell "not recorded" (files written
 before the field existed) from "not returned" (recorded, but the provider's answers lacked it).
-``runner.run.stats`` computes every number; renderers only format them.
+``runner.report.stats`` computes every number; renderers only format them.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Literal
 from runner.core.models import FrozenModel
 from runner.proxy.models import UPSTREAM_OUTCOMES, USAGE_SPLIT, ProxyCellCounts, RequestLogEntry
 from runner.records.ledger import LedgerLine
-from runner.run import stats
-from runner.run.stats import Spread
+from runner.report import stats
+from runner.report.stats import Spread
 from runner.spec.lock import Lock
 
 Source = Literal["provider", "proxy", "agent cgroup", "agent phase and proxy"]

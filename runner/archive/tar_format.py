@@ -1,5 +1,5 @@
 """The one reading of a run's archive: the subset of gzip and POSIX pax that ``runner archive``
-writes (runner.run.archive.write_members: Python's tarfile in PAX_FORMAT inside
+writes (runner.archive.tarball.write_members: Python's tarfile in PAX_FORMAT inside
 ``gzip.GzipFile(filename="", mtime=0)``), parsed block by block as it is inflated, in bounded
 memory. Anything else is refused in one line naming the byte offset (of the file for the gzip
 layer, of the inflated tar stream for the tar layer), so that no other reader (GNU tar, Python's
@@ -23,7 +23,7 @@ The subset:
 Every read draws from a ``Budget`` for the whole archive before it happens: the bytes inflated,
 the members, the member bytes read out (each member's whole size before its first byte). The
 caller sets it from constants and, once it has verified the signed manifest, from that
-(runner.run.archive.unpack); a cap passed is refused in one line like any other fault.
+(runner.archive.tarball.unpack); a cap passed is refused in one line like any other fault.
 """
 
 from __future__ import annotations

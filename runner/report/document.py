@@ -1,8 +1,10 @@
 """The report as blocks: headings, paragraphs, bullet lists and tables of strings.
 
-``runner.run.report`` builds them once from the receipt (every number and sentence is made
-there); the Markdown renderer (``report.render_markdown``) and the HTML renderer
-(``runner.run.html_report``) each only format the same blocks, so the two cannot disagree.
+The section modules (``runner.report.run_sections``, ``batch_sections``, ``stats_sections``)
+build them once from the receipt (every number and sentence is made there, in the words of
+``runner.report.formats``); the Markdown renderer (``runner.report.markdown``) and the HTML
+renderer (``runner.report.html_page``) each only format the same blocks, so the two cannot
+disagree.
 """
 
 from __future__ import annotations
@@ -31,8 +33,11 @@ class Emphasis(str):
 
 
 NOT_RETURNED = "not returned"  # a value the provider did not return: never shown as 0
+NOT_RECORDED = "not recorded"  # a value the run's files were written before keeping
 Text = tuple[str, ...]  # runs of plain, ``Code``, ``Strong`` or ``Emphasis`` text, in order
 Align = Literal["left", "right"]
+R: Align = "right"
+L: Align = "left"
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ byte-for-byte reproducible).
 
 - ``COVERAGE``: per bootstrap method, the share of simulated data sets whose 95 % percentile
   interval covered the true value, at 3 to 12 clusters. tests/support/interval_coverage.py
-  simulates it through ``runner.run.stats``' own interval (tests/test_interval_coverage.py
+  simulates it through ``runner.report.stats``' own interval (tests/test_interval_coverage.py
   checks these numbers; bench/interval_coverage.py prints them): ratios over paired lognormal
   clusters, a pass rate and a paired difference over tasks of 3 repeats each.
 - ``ORDER_POWER``: per design (harnesses, tasks, repeats), the share of seeded synthetic

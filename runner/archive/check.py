@@ -5,9 +5,9 @@ The links, checked in this order; the first that does not hold is the verdict:
 
 0. the manifest's signature verifies with the operator's public key (the pinned one, or the
    one the manifest names) before any other member is read, and the archive is in the gzip
-   and tar subset ``runner archive`` writes, read by runner.run.archive_format alone (what
+   and tar subset ``runner archive`` writes, read by runner.archive.tar_format alone (what
    another reader finds in it is what the check read) within what the signed manifest lists
-   (runner.run.archive.unpack): no unsigned byte costs more than its size;
+   (runner.archive.tarball.unpack): no unsigned byte costs more than its size;
 1. the credential scan over the archive's bytes and its members finds nothing, inflating at
    most ``MAX_SCAN_INFLATED_BYTES`` for the whole archive;
 2. the receipt's signature verifies with the same key, the archive's key file is that key;
@@ -46,6 +46,16 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 
+from runner.archive.tarball import (
+    MANIFEST,
+    MANIFEST_SIGNATURE,
+    ArchivedFile,
+    ArchiveManifest,
+    archive_finding,
+    digest_only_problem,
+    read_manifest,
+    unpack,
+)
 from runner.cells.accounting import agent_cgroup_in
 from runner.cells.cell import OverruledBy, no_model_request
 from runner.cells.classify import DEADLINE_REASON, classify
@@ -62,20 +72,12 @@ from runner.proxy import ProxyCellCounts
 from runner.records.ledger import Ledger, LedgerChain, LedgerLine, Outcome, chain_seed, check_chain
 from runner.records.paths import RunPaths
 from runner.records.schedule import Schedule
-from runner.run.archive import (
-    MANIFEST,
-    MANIFEST_SIGNATURE,
-    ArchivedFile,
-    ArchiveManifest,
-    archive_finding,
-    digest_only_problem,
-    read_manifest,
-    unpack,
-)
-from runner.run.judge import Judge, running_versions
-from runner.run.receipt import BatchReceipt, Receipt, Status
-from runner.run.report import load_run, markdown, report_blocks
-from runner.run.signing import PublicKey, verify
+from runner.report.evidence import load_run
+from runner.report.judge import Judge, running_versions
+from runner.report.markdown import markdown
+from runner.report.receipt import BatchReceipt, Receipt, Status
+from runner.report.signing import PublicKey, verify
+from runner.report.write import report_blocks
 from runner.spec.lock import Placement
 
 # What the cell runner may have overruled, by what the trial says (runner/cells/cell.py).
@@ -95,7 +97,7 @@ class ArchiveBroken(RunnerError):
     """A link of the archive's evidence does not hold."""
 
 
-# A batch's fields that scipy and numpy compute (runner.run.analysis): what other versions of
+# A batch's fields that scipy and numpy compute (runner.report.analysis): what other versions of
 # them may change.
 COMPUTED_FIELDS = ("stats", "comparisons")
 SHOWN_LINES = 10  # of report.md's differing lines, the numbers the verdict names

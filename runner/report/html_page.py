@@ -1,4 +1,4 @@
-"""report.html: the report's blocks (``runner.run.document``, the same the Markdown formats),
+"""report.html: the report's blocks (``runner.report.document``, the same the Markdown formats),
 its plots and every cell of the run in schedule order, each linked to its trial directory and
 its ledger line. A static page (Jinja2, autoescaped): no script, no external URL, readable
 offline from the run directory."""
@@ -13,10 +13,11 @@ from markupsafe import Markup, escape
 from runner.core.files import read_model, write_atomic
 from runner.records.paths import RunPaths
 from runner.records.schedule import Schedule
-from runner.run import report_plots
-from runner.run.document import NOT_RETURNED, Block, Code, Emphasis, Heading, Strong, Text
-from runner.run.receipt import Receipt
-from runner.run.run_cells import CELL_STATES, RunCell, run_cells
+from runner.report import plots
+from runner.report.document import Block, Code, Emphasis, Heading, Strong, Text
+from runner.report.formats import fmt_tokens
+from runner.report.receipt import Receipt
+from runner.report.run_cells import CELL_STATES, RunCell, run_cells
 
 
 @dataclass(frozen=True)
@@ -45,17 +46,13 @@ def html_cell(cell: str) -> Markup:
     return html_text((cell,))
 
 
-def fmt_tokens(tokens: int | None) -> str:
-    return NOT_RETURNED if tokens is None else f"{tokens:,}"
-
-
 def trial_link(paths: RunPaths, run_cell: RunCell) -> str:
     return paths.relative(paths.trial(run_cell.cell.id)) + "/"
 
 
 def environment() -> Environment:
     env = Environment(
-        loader=PackageLoader("runner.run", "templates"),
+        loader=PackageLoader("runner.report", "templates"),
         autoescape=True,
         undefined=StrictUndefined,
         keep_trailing_newline=True,
@@ -102,7 +99,7 @@ def render_html(
             batches=receipt.batches,
             cells=cells,
             states=CELL_STATES,
-            colours=report_plots.STATE_COLOURS,
+            colours=plots.STATE_COLOURS,
             trial_link=lambda run_cell: trial_link(paths, run_cell),
             ledger=paths.relative(paths.ledger),
         )
@@ -112,6 +109,6 @@ def render_html(
 def write_html(paths: RunPaths, receipt: Receipt, blocks: list[Block]) -> None:
     """report.html and its plots under report-files/ (report.png is written beside it)."""
     cells = run_cells(paths, read_model(paths.schedule, Schedule))
-    report_plots.pass_rates(receipt, paths.report_pass_rates_png)
-    report_plots.timeline(receipt, cells, paths.report_timeline_png)
+    plots.pass_rates(receipt, paths.report_pass_rates_png)
+    plots.timeline(receipt, cells, paths.report_timeline_png)
     write_atomic(paths.report_html, render_html(paths, receipt, blocks, cells).encode())

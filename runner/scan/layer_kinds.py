@@ -1,4 +1,4 @@
-"""What kind of container a layer's first bytes make it, by structure: runner.run.containers
+"""What kind of container a layer's first bytes make it, by structure: runner.scan.layers
 reads each kind.
 
 A kind is known by what its own tools check, not by header fields they ignore: gzip by its

@@ -12,8 +12,8 @@ from pathlib import Path
 from runner.core.canonical import file_digest
 from runner.core.files import read_model
 from runner.records.paths import RunPaths
-from runner.records.tasks import RunTasks
-from runner.run.receipt import FrozenDigests
+from runner.records.run_tasks import RunTasks
+from runner.report.receipt import FrozenDigests
 from runner.spec.resolution import Resolution
 from runner.verify.report import VerifyReport
 

@@ -1,6 +1,6 @@
 """The lock's tasks as the lab runs them: found where the lock's source puts them (a local dir, or
 the git commit ``runner resolve`` checked out in the host cache), derived by the lock's rules
-(runner.spec.tasks). Deploy packs the derived trees for the guest; freeze records the
+(runner.spec.task_derivation). Deploy packs the derived trees for the guest; freeze records the
 derivations; both call this, so both see the same trees.
 """
 
@@ -14,7 +14,7 @@ from runner.core.errors import RunnerError
 from runner.core.roots import REPO_ROOT
 from runner.spec.lock import Lock
 from runner.spec.resolution import ResolvedTask
-from runner.spec.tasks import TaskDerivation, derive_task
+from runner.spec.task_derivation import TaskDerivation, derive_task
 
 
 def upstream_root(lock: Lock, paths: CachePaths) -> Path:

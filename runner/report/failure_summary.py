@@ -12,10 +12,9 @@ from typing import get_args
 from runner.core.models import FailureClass, FrozenModel
 from runner.records.ledger import LedgerLine
 from runner.records.schedule import Schedule
-from runner.run.document import Align, Block, Heading, Paragraph, table
+from runner.report.document import NOT_RECORDED, Align, Block, Heading, Paragraph, table
 from runner.spec.lock import Lock
 
-NOT_RECORDED = "not recorded"
 CLASSES: tuple[FailureClass, ...] = get_args(FailureClass)
 
 

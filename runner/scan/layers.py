@@ -1,11 +1,11 @@
 """What a scanned file holds inside: its compressed and archived layers, each read as a stream.
 
-The credential scan (runner.run.scan) searches a file's bytes and every layer inside that the
+The credential scan (runner.scan.scan) searches a file's bytes and every layer inside that the
 guest's own tools could open, to ``MAX_DEPTH`` containers deep (a ``.tar.gz`` is two, a
 ``.deb``'s data three): gzip (any header's optional fields: gunzip reads them all), zlib (as
 git stores an object), raw deflate, xz, lzma-alone (``.lzma``), bzip2, zip (also after a prefix:
 a self-extracting or appended zip), tar, cpio (newc, crc, odc) and ar (a ``.deb``). A layer is
-known by its structure, not a magic alone (runner.run.container_kinds), and streamed in pieces
+known by its structure, not a magic alone (runner.scan.layer_kinds), and streamed in pieces
 of at most ``CHUNK`` bytes, never inflated whole into memory. All the files of one scan together
 may inflate ``MAX_INFLATED_BYTES`` (``InflateBudget``).
 
@@ -30,7 +30,7 @@ import zlib
 from collections.abc import Callable
 from typing import Protocol
 
-from runner.run.container_kinds import (
+from runner.scan.layer_kinds import (
     DEFLATE,
     HEAD,
     ZIP_LOCAL,

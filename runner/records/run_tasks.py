@@ -1,7 +1,7 @@
-"""``tasks.json`` of a run: the lock's tasks as the lab ran them (runner.spec.tasks), written at
-preflight, so the report says per task what the lab changed without the host's cache, and what
-the lab's mirror serves each task beyond the guest's own frozen set (what its image build and
-its trial took when they were recorded: ``runner resolve LOCK --lab LAB``)."""
+"""``tasks.json`` of a run: the lock's tasks as the lab ran them (runner.spec.task_derivation),
+written at preflight, so the report says per task what the lab changed without the host's cache,
+and what the lab's mirror serves each task beyond the guest's own frozen set (what its image build
+and its trial took when they were recorded: ``runner resolve LOCK --lab LAB``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pydantic import Field
 
 from runner.core.models import FrozenModel, Slug
 from runner.spec.resolution import RECORDED_KINDS, ArtifactKind, PinnedArtifact
-from runner.spec.tasks import TaskDerivation
+from runner.spec.task_derivation import TaskDerivation
 
 
 class TaskMirrorFiles(FrozenModel):

@@ -20,7 +20,7 @@ from runner.core.archives import extract
 from runner.core.errors import RunnerError
 from runner.spec.lock import TaskSource
 from runner.spec.resolution import ResolvedTask
-from runner.spec.tasks import tree_digest
+from runner.spec.task_derivation import tree_digest
 
 
 async def fetch_tasks(source: TaskSource, paths: CachePaths) -> tuple[ResolvedTask, ...]:

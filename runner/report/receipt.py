@@ -6,16 +6,16 @@ credential scan or final verify, the run stopped early: aborted.json); else
 ``completed_with_indeterminate`` when any cell is indeterminate; else ``completed``. The run's
 status is its worst batch.
 
-Each batch also carries a ``stats`` section (``runner.run.analysis`` derives it from the ledger
-lines, ``runner.run.stats`` computes every number): pass rates with Wilson intervals and with the
+Each batch also carries a ``stats`` section (``runner.report.analysis`` derives it from the ledger
+lines, ``runner.report.stats`` computes every number): pass rates with Wilson intervals and with the
 task as the cluster, pass@k and pass^k, medians with exact order-statistic intervals, each pair
 of harnesses compared once on cells paired by (task, repeat) and per task, and order effects by
 position in the block, Holm-corrected across the run's batches. Renderers only format it.
 Receipts written before it load with ``stats`` None.
 
-Since the evidence archive (runner.run.archive) a receipt also carries the ledger's hash chain
+Since the evidence archive (runner.archive.tarball) a receipt also carries the ledger's hash chain
 (its head), every frozen identity the run directory records as a digest, and the public key of
-the lab operator who signs it (``receipt.sig`` beside it, runner.run.signing). A broken chain
+the lab operator who signs it (``receipt.sig`` beside it, runner.report.signing). A broken chain
 fails the receipt closed. Receipts written before them have none of the three.
 """
 
@@ -31,21 +31,20 @@ from runner.core.models import FrozenModel, Sha256
 from runner.proxy.models import ProxyCellCounts
 from runner.records.ledger import Failure, LedgerChain, LedgerLine
 from runner.records.schedule import Batch, Schedule
-from runner.run.analysis import (
+from runner.report.analysis import (
     BatchStats,
     Comparison,
-    Metric,
     UnjudgedTasks,
     batch_stats,
-    cells_by_harness,
     compare,
     harness_pairs,
     unjudged_by_ledger,
     with_order_holm,
 )
-from runner.run.failure_summary import FailureClasses, failure_classes
-from runner.run.judge import Judge
-from runner.run.requests import HarnessRequests, requests_by_harness
+from runner.report.failure_summary import FailureClasses, failure_classes
+from runner.report.judge import Judge
+from runner.report.ledger_cells import Metric, cells_by_harness
+from runner.report.requests import HarnessRequests, requests_by_harness
 from runner.spec.lock import DEFAULT_COMPILED_CACHE, CompiledCache, Lock, Model, Placement
 
 Status = Literal["completed", "completed_with_indeterminate", "failed_closed"]
@@ -125,7 +124,7 @@ class BatchReceipt(FrozenModel):
     stats: BatchStats | None = None  # None only in receipts written before the stats section
     # The scripted provider's note when this batch's model is it (None: a real model's batch).
     provider_note: str | None = None
-    # None only in receipts written before it (runner.run.requests).
+    # None only in receipts written before it (runner.report.requests).
     requests: tuple[HarnessRequests, ...] | None = None
 
 
