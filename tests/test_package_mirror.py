@@ -1,26 +1,42 @@
 """The lab's package mirror (runner.lab.mirror) on loopback: the frozen set and nothing else.
 
 A real server process on a free 127.0.0.1 port, serving a resolution made here: one real .deb
-(built with dpkg-deb) and one wheel-named file, from an artifact store in tmp_path.
+(built with dpkg-deb) and one wheel-named file, from an artifact store in tmp_path. The last
+tests run the mirror on an event loop of their own in this process, with a stand-in upstream.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import signal
 import socket
 import subprocess
+import threading
+import tracemalloc
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from runner.cache.paths import CachePaths
 from runner.cache.store import ArtifactStore
-from runner.core.files import write_model
+from runner.core.files import read_model, write_model
 from runner.core.roots import CACHE_ENV
-from runner.lab.mirror import read_requests, running_mirror
+from runner.lab.mirror import (
+    FrozenSet,
+    Mirror,
+    MirrorLog,
+    Upstream,
+    read_requests,
+    running_mirror,
+    simple_page,
+    start_server,
+)
 from runner.spec.resolution import PinnedArtifact, Resolution, ResolverTools
 
 LOCK_ENVIRONMENT = "sha256:" + "1" * 64
@@ -49,7 +65,7 @@ def _artifact(
 
 
 @pytest.fixture
-def mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Path]]:
+def resolution_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     store = ArtifactStore(CachePaths(tmp_path / "cache"))
     wheel = tmp_path / "bench_tool-1.0-py3-none-any.whl"
@@ -68,8 +84,13 @@ def mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[st
         ),
         harness_trees=(),
     )
-    resolution_file = tmp_path / "mirror-test.resolved.json"
-    write_model(resolution_file, resolution)
+    path = tmp_path / "mirror-test.resolved.json"
+    write_model(path, resolution)
+    return path
+
+
+@pytest.fixture
+def mirror(tmp_path: Path, resolution_file: Path) -> Iterator[tuple[str, Path]]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -163,3 +184,107 @@ def test_the_mirror_stops_on_sigterm_even_when_its_parent_ignores_it(tmp_path, m
             assert _get(f"http://127.0.0.1:{port}/simple/bench-tool/")[0] == 200
     finally:
         signal.signal(signal.SIGTERM, handler)
+
+
+@contextmanager
+def mirror_in_process(resolution: Path, log: Path, upstream: Upstream | None) -> Iterator[str]:
+    """The mirror of ``resolution`` on a free port, served by a loop in a thread of this
+    process (as the proxy's), stopped after the block."""
+    store = ArtifactStore(CachePaths.default())
+    frozen = FrozenSet.of(read_model(resolution, Resolution), store, frozenset())
+    mirror = Mirror(frozen, store, MirrorLog(log), upstream)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    runner = asyncio.run_coroutine_threadsafe(start_server(mirror, 0), loop).result()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+
+
+class BlockingUpstream:
+    """A recording's upstream whose project pages are held until ``release`` is set, as a slow
+    fetch from PyPI is (RecordingUpstream's methods block)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Semaphore(0)
+        self.release = threading.Event()
+
+    def packages_index(self, frozen: bytes) -> bytes:
+        return frozen
+
+    def file(self, kind: str, name: str) -> bytes | None:
+        return None
+
+    def project_page(self, name: str) -> bytes | None:
+        self.entered.release()
+        self.release.wait(timeout=60)
+        return simple_page([(f"{name}-1.0.tar.gz", "sha256:" + "0" * 64)])
+
+    def archive_file(self, path: str) -> bytes | None:
+        return None
+
+
+def test_the_frozen_set_is_served_while_two_upstream_fetches_block(
+    tmp_path: Path, resolution_file: Path
+) -> None:
+    upstream = BlockingUpstream()
+    log = tmp_path / "recording.jsonl"
+    with mirror_in_process(resolution_file, log, upstream) as base, ThreadPoolExecutor(2) as pool:
+        try:
+            held = [pool.submit(_get, f"{base}/simple/{name}/") for name in ("slow-a", "slow-b")]
+            # Both fetches are under way at once, and the frozen set is still answered.
+            assert upstream.entered.acquire(timeout=30) and upstream.entered.acquire(timeout=30)
+            assert _get(f"{base}/debian/Packages")[0] == 200
+            assert _get(f"{base}/files/bench_tool-1.0-py3-none-any.whl") == (
+                200, b"not really a zip, but the mirror serves bytes",
+            )  # fmt: skip
+            assert not any(request.done() for request in held)
+        finally:
+            upstream.release.set()
+        pages = [request.result() for request in held]
+    assert [status for status, _ in pages] == [200, 200]
+    assert b"slow-a-1.0.tar.gz" in pages[0][1]
+    requests, _ = read_requests(log, 0)
+    assert sorted((r.item, r.upstream) for r in requests if r.upstream) == [
+        ("pypi:slow-a", True),
+        ("pypi:slow-b", True),
+    ]
+
+
+def test_a_large_blob_streams_from_the_store_with_its_length_never_read_whole(
+    tmp_path: Path, resolution_file: Path
+) -> None:
+    size = 64 << 20
+    big = tmp_path / "big_tool-1.0-py3-none-any.whl"
+    with big.open("wb") as writer:
+        for number in range(size >> 20):
+            writer.write(bytes([number]) * (1 << 20))
+    store = ArtifactStore(CachePaths.default())
+    resolution = read_model(resolution_file, Resolution)
+    wheel = _artifact(store, big, "wheel", "big-tool")
+    content = resolution.model_dump(exclude={"environment_fingerprint"})  # the new one: made
+    write_model(
+        resolution_file,
+        Resolution.model_validate({**content, "artifacts": (*resolution.artifacts, wheel)}),
+    )
+    url = f"/files/{big.name}"
+    with mirror_in_process(resolution_file, tmp_path / "big.jsonl", None) as base:
+        with urllib.request.urlopen(urllib.request.Request(base + url, method="HEAD")) as head:
+            assert head.headers["Content-Length"] == str(size)
+        tracemalloc.start()
+        try:
+            with urllib.request.urlopen(base + url, timeout=60) as answer:
+                headers, digest = answer.headers, hashlib.sha256()
+                while chunk := answer.read(1 << 20):
+                    digest.update(chunk)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert headers["Content-Length"] == str(size) and "Transfer-Encoding" not in headers
+    assert f"sha256:{digest.hexdigest()}" == wheel.sha256
+    assert peak < size // 8  # the server's chunks and the client's, not the file

@@ -15,11 +15,13 @@ Task images build and verifiers set up inside the guest's containers, which reac
                         line the task adds, the task containers reaching the lock's Debian
                         mirror's host name here), recorded
 
-straight from the content-addressed artifact store. Anything else is answered 404. Every request
-is a line of the mirror log (JSON Lines; the cell runner reads the lines of its own cell): what
-was asked, whether it is in the frozen set, and a ``miss`` for a package or project the set does
-not have. apt's optional index files (InRelease, Translation-*, compressed Packages) are
-answered 404 without counting as misses: apt asks for them on every update.
+straight from the content-addressed artifact store, a file streamed from its blob with its
+Content-Length (aiohttp.web, as the proxy; each request's blocking part, a blob's verification
+or a recording's upstream fetch, in a thread of its own). Anything else is answered 404. Every
+request is a line of the mirror log (JSON Lines; the cell runner reads the lines of its own
+cell): what was asked, whether it is in the frozen set, and a ``miss`` for a package or project
+the set does not have. apt's optional index files (InRelease, Translation-*, compressed
+Packages) are answered 404 without counting as misses: apt asks for them on every update.
 
     python -m runner.lab.mirror --resolution FILE --port PORT --log FILE [--withhold NAME]
 
@@ -30,23 +32,23 @@ dependency is missing must be ``verifier_setup``, not ``fail``).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import html
 import os
 import re
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import unquote
 
+from aiohttp import web
 from pydantic import Field
 
 from runner.cache.paths import CachePaths
@@ -65,6 +67,9 @@ from runner.spec.resolution import DEBIAN_FILE_KINDS, PinnedArtifact, Resolution
 _APT_OPTIONAL = re.compile(r"^(InRelease|Release\.gpg|Packages\.\w+|.*Translation-.*|by-hash/.*)$")
 _NORMALIZE = re.compile(r"[-_.]+")
 READY_SECONDS = 30.0
+LOOPBACK = "127.0.0.1"
+_CHUNK_BYTES = 1 << 20  # a blob is sent a MiB at a time
+_ANSWER_THREADS = 64
 _CONTENT_TYPES = {"index:simple": "text/html", "pypi": "text/html", "index": "text/plain"}
 # What the mirror serves of a resolution: the guest's debs (an apt-get in a task image finds
 # them too), the built base images' (with what the verifiers' apt-get needs on them), the wheels,
@@ -95,7 +100,8 @@ class MirrorRequest(FrozenModel):
 
 class Upstream(Protocol):
     """Where a recording mirror takes what the frozen set does not have (runner.artifacts.
-    recording); the lab's own mirror has none and refuses it."""
+    recording); the lab's own mirror has none and refuses it. Its methods may block on the
+    network: the mirror calls them in threads, several at once."""
 
     def packages_index(self, frozen: bytes) -> bytes:
         """The apt index to serve: the frozen set's stanzas and the upstream's."""
@@ -170,16 +176,14 @@ def _release(packages: bytes) -> bytes:
 
 
 class MirrorLog:
-    """The JSON Lines log; one writer (the server), appended line by line."""
+    """The JSON Lines log, appended line by line; written on the server's event loop only."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._lock = threading.Lock()
 
     def write(self, request: MirrorRequest) -> None:
-        line = request.model_dump_json() + "\n"
-        with self._lock, self.path.open("a") as log:
-            log.write(line)
+        with self.path.open("a") as log:
+            log.write(request.model_dump_json() + "\n")
 
 
 def log_end(path: Path) -> int:
@@ -199,59 +203,21 @@ def read_requests(path: Path, offset: int) -> tuple[tuple[MirrorRequest, ...], i
     return tuple(MirrorRequest.model_validate_json(line) for line in lines), offset + len(complete)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: MirrorServer
-
-    def do_GET(self) -> None:
-        self._answer(send_body=True)
-
-    def do_HEAD(self) -> None:
-        """uv asks before it downloads a wheel (whether ranges are served: they are not)."""
-        self._answer(send_body=False)
-
-    def _answer(self, send_body: bool) -> None:
-        body, item, miss = self.server.answer(self.path.split("?", 1)[0])
-        from_upstream = body is not None and miss
-        status = HTTPStatus.OK if body is not None else HTTPStatus.NOT_FOUND
-        self.server.log.write(
-            MirrorRequest(
-                at=datetime.now(UTC).isoformat(timespec="milliseconds"),
-                method=self.command,
-                path=self.path,
-                status=status.value,
-                item=item,
-                miss=miss and not from_upstream,
-                upstream=from_upstream,
-            )
-        )
-        payload = body if body is not None else b"not in the frozen set\n"
-        kind = item if item in _CONTENT_TYPES else item.split(":", 1)[0]
-        self.send_response(status)
-        self.send_header("Content-Type", _CONTENT_TYPES.get(kind, "application/octet-stream"))
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        if send_body:
-            self.wfile.write(payload)
-
-    def log_message(self, format: str, *args: object) -> None:
-        """The mirror log is the record; no stderr line per request."""
+# A body: bytes made here or by the upstream, or a blob of the store (streamed); None: 404.
+Body = bytes | Path | None
 
 
-class MirrorServer(ThreadingHTTPServer):
-    """The mirror on 127.0.0.1:``port``: the frozen set, and from ``upstream`` (recording
-    mode only) what the set lacks."""
-
-    daemon_threads = True
+class Mirror:
+    """What the mirror answers: the frozen set, and from ``upstream`` (recording mode only)
+    what the set lacks."""
 
     def __init__(
         self,
-        port: int,
         frozen: FrozenSet,
         store: ArtifactStore,
         log: MirrorLog,
         upstream: Upstream | None = None,
     ) -> None:
-        super().__init__(("127.0.0.1", port), _Handler)
         self.frozen, self.store, self.log, self.upstream = frozen, store, log, upstream
         index = (
             frozen.packages_index
@@ -260,9 +226,39 @@ class MirrorServer(ThreadingHTTPServer):
         )
         self.packages_index, self.release = index, _release(index)
 
-    def answer(self, path: str) -> tuple[bytes | None, str, bool]:
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """GET and HEAD (uv asks before it downloads a wheel whether ranges are served: they
+        are not); any other method is a 501, unlogged (no client of the mirror sends one)."""
+        if request.method not in ("GET", "HEAD"):
+            return web.Response(status=501, text=f"Unsupported method ({request.method!r})\n")
+        # Off the event loop: a blob is verified (read whole) before it is served, and the
+        # recording upstream fetches over the network; other requests are answered meanwhile.
+        body, item, miss = await asyncio.to_thread(self.answer, request.raw_path.split("?", 1)[0])
+        from_upstream = body is not None and miss
+        status = HTTPStatus.OK if body is not None else HTTPStatus.NOT_FOUND
+        self.log.write(
+            MirrorRequest(
+                at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+                method=request.method,
+                path=request.raw_path,
+                status=status.value,
+                item=item,
+                miss=miss and not from_upstream,
+                upstream=from_upstream,
+            )
+        )
+        kind = item if item in _CONTENT_TYPES else item.split(":", 1)[0]
+        content_type = _CONTENT_TYPES.get(kind, "application/octet-stream")
+        if isinstance(body, Path):
+            return await _blob_response(request, body, content_type)
+        payload = body if body is not None else b"not in the frozen set\n"
+        # Content-Length on every answer, a HEAD's too (aiohttp omits it for an empty body).
+        headers = {"Content-Type": content_type, "Content-Length": str(len(payload))}
+        return web.Response(status=status, body=payload, headers=headers)
+
+    def answer(self, path: str) -> tuple[Body, str, bool]:
         """The body (None: 404), what was asked, and whether the frozen set lacks it (a body
-        with a miss: recorded from upstream)."""
+        with a miss: recorded from upstream). Blocking: run it off the event loop."""
         # apt quotes a version's "~" (%7e) in a file's URL; the index names the file unquoted.
         parts = [unquote(part) for part in path.split("/") if part not in ("", ".")]
         if parts[:1] == ["debian"]:
@@ -273,10 +269,10 @@ class MirrorServer(ThreadingHTTPServer):
             return self._file(parts[1], "wheel")
         return None, f"other:{path}", True
 
-    def _debian(self, name: str) -> tuple[bytes | None, str, bool]:
+    def _debian(self, name: str) -> tuple[Body, str, bool]:
         archived = self.frozen.archive.get(name)
         if archived is not None:
-            return self.store.blob(archived.sha256).read_bytes(), f"debian:{name}", False
+            return self.store.blob(archived.sha256), f"debian:{name}", False
         if name.startswith("dists/"):  # a real suite's index: the flat repository has none
             return self._archive(name)
         if name == "Packages":
@@ -294,13 +290,13 @@ class MirrorServer(ThreadingHTTPServer):
             return self._archive(name)  # a source package's file, say: not a binary of the index
         return answer
 
-    def _archive(self, name: str) -> tuple[bytes | None, str, bool]:
+    def _archive(self, name: str) -> tuple[Body, str, bool]:
         """A file of the Debian archive the frozen set lacks: recorded from the Debian mirror
         in recording mode, else a miss."""
         body = self.upstream.archive_file(name) if self.upstream is not None else None
         return body, f"debian:{name}", True
 
-    def _simple(self, parts: list[str]) -> tuple[bytes | None, str, bool]:
+    def _simple(self, parts: list[str]) -> tuple[Body, str, bool]:
         if not parts:
             links = "".join(
                 f'<a href="{name}/">{name}</a>\n' for name in sorted(self.frozen.projects)
@@ -317,12 +313,28 @@ class MirrorServer(ThreadingHTTPServer):
             return page, f"pypi:{name}", True
         return simple_page((f.filename, f.sha256) for f in files), f"pypi:{name}", False
 
-    def _file(self, filename: str, kind: str) -> tuple[bytes | None, str, bool]:
+    def _file(self, filename: str, kind: str) -> tuple[Body, str, bool]:
         artifact = self.frozen.files.get(filename.rsplit("/", 1)[-1])
         if artifact is None:
             body = self.upstream.file(kind, filename) if self.upstream is not None else None
             return body, f"{kind}:{filename}", True
-        return self.store.blob(artifact.sha256).read_bytes(), f"{kind}:{filename}", False
+        return self.store.blob(artifact.sha256), f"{kind}:{filename}", False
+
+
+async def _blob_response(
+    request: web.BaseRequest, blob: Path, content_type: str
+) -> web.StreamResponse:
+    """A blob of the store streamed in chunks with its Content-Length, never read whole (a
+    wheel may be gigabytes). No Range, no conditional answer: uv and apt get the whole file."""
+    response = web.StreamResponse(headers={"Content-Type": content_type})
+    with blob.open("rb") as reader:
+        response.content_length = os.fstat(reader.fileno()).st_size
+        await response.prepare(request)
+        if request.method != "HEAD":
+            while chunk := await asyncio.to_thread(reader.read, _CHUNK_BYTES):
+                await response.write(chunk)
+    await response.write_eof()
+    return response
 
 
 def simple_page(files: Iterable[tuple[str, str]]) -> bytes:
@@ -347,18 +359,34 @@ def serve(
     frozen = FrozenSet.of(read_model(resolution_file, Resolution), store, withhold)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     answers = upstream(store) if upstream is not None else None
-    with MirrorServer(port, frozen, store, MirrorLog(log_path), answers) as server:
-        threading.Thread(target=_stop_with_parent, args=(server,), daemon=True).start()
-        server.serve_forever()
+    asyncio.run(_serve_until_orphaned(Mirror(frozen, store, MirrorLog(log_path), answers), port))
 
 
-def _stop_with_parent(server: MirrorServer) -> None:
+async def start_server(mirror: Mirror, port: int) -> web.ServerRunner:
+    """``mirror`` listening on 127.0.0.1:``port`` on the running loop; the caller cleans up."""
+    # Requests wait in threads (a recording's upstream fetches, uv's parallel downloads): more
+    # of them than asyncio's default pool of CPUs + 4, so a few slow fetches block no other.
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(_ANSWER_THREADS, thread_name_prefix="mirror")
+    )
+    # aiohttp's low-level server, as the proxy's: handle answers every method and path itself.
+    # Stopping, it waits for no answer: only an orphaned mirror stops this way.
+    runner = web.ServerRunner(web.Server(mirror.handle, access_log=None), shutdown_timeout=0)
+    await runner.setup()
+    await web.TCPSite(runner, LOOPBACK, port).start()
+    return runner
+
+
+async def _serve_until_orphaned(mirror: Mirror, port: int) -> None:
     """A runner killed with SIGKILL cannot stop its mirror: the mirror stops itself when its
     parent is gone (it is re-parented), so the next runner finds the port free."""
     parent = os.getppid()
-    while os.getppid() == parent:
-        time.sleep(1)
-    server.shutdown()
+    runner = await start_server(mirror, port)
+    try:
+        while os.getppid() == parent:
+            await asyncio.sleep(1)
+    finally:
+        await runner.cleanup()
 
 
 @contextlib.contextmanager
