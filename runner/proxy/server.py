@@ -22,45 +22,50 @@ import asyncio
 import logging
 import os
 import secrets
-import ssl
 import threading
 import time
 import zlib
 from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import aiohttp
 import uvloop
-from aiohttp import HttpVersion11, web
+from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
-from multidict import CIMultiDict
 from yarl import URL
 
 from runner.core.errors import RunnerError
 from runner.core.files import write_model
-from runner.core.roots import REPO_ROOT
 from runner.provider import PROVIDER_MARKER, ProviderScript, ScriptedProvider
 from runner.provider.server import LOOPBACK
 from runner.proxy.answers import AnswerFilter, UnreadableEncoding
 from runner.proxy.bearer import BEARER_BYTES, new_bearer
+from runner.proxy.exchange import (
+    CellState,
+    Exchange,
+    expect_continue,
+    headers_passed_back,
+    not_sent,
+    offered_credential,
+    refused,
+    stream_answer,
+    upstream_failed,
+    upstream_headers,
+    upstream_trust,
+    whole_answer,
+)
 from runner.proxy.footprint import prompt_footprint
 from runner.proxy.models import (
-    PathRefusal,
     ProxyCellCounts,
-    RequestLogEntry,
-    RequestOutcome,
-    TokenUsage,
     upstream_statuses,
     usage_totals,
 )
 from runner.proxy.target import Endpoint, Refused, api_target
 from runner.records.paths import RunPaths
-from runner.records.prompt import PromptFootprint
 from runner.spec.lock import Model
 
 log = logging.getLogger(__name__)
@@ -72,236 +77,6 @@ MAX_REQUEST_BYTES = 64 * 1024 * 1024  # a long agent context, sent whole with ev
 # its last answer, is closed: a client stalled (or trickling) in its headers holds a connection
 # no longer. Longer than a provider's own idle timeout would be of no use to a client's pool.
 HEADER_TIMEOUT_SECONDS = 60.0
-
-# Never forwarded upstream: the client's credentials, hop-by-hop headers, and what aiohttp sets.
-_REQUEST_HEADERS_DROPPED = frozenset(
-    {
-        "authorization",
-        "x-api-key",
-        "host",
-        "content-length",
-        "connection",
-        "keep-alive",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "accept-encoding",
-    }
-)
-# Never passed back: hop-by-hop headers and framing that aiohttp redoes for the client (the
-# answer reaches it decoded, runner.proxy.answers).
-_RESPONSE_HEADERS_DROPPED = frozenset(
-    {
-        "content-length",
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "content-encoding",
-        "upgrade",
-        "trailer",
-    }
-)
-
-
-@dataclass
-class _Cell:
-    cell_id: str
-    model: Model
-    bearer: str
-    deadline: float  # epoch seconds
-    upstream: str
-    key: str
-    trust: ssl.SSLContext | bool  # True: the system trust store (aiohttp's default)
-    opened_at: datetime
-    physical_posts: int = 0
-    unsent_posts: int = 0
-    rejected_requests: int = 0
-    requests: list[_Exchange] = field(default_factory=list)
-    first_request: PromptFootprint | None = None
-    in_flight: set[asyncio.Task[Any]] = field(default_factory=set)
-
-
-@dataclass(slots=True)
-class _Exchange:
-    """What one request did, filled in as it goes and logged once at the end. The cell keeps it
-    as it is and builds its log entry, a validated model, when it closes: off the path of the
-    request, which validation would lengthen for nothing."""
-
-    started_at: datetime
-    started: float  # time.perf_counter()
-    method: str
-    path: str
-    outcome: RequestOutcome = "forwarded"
-    status: int = 0
-    request_bytes: int = 0
-    response_bytes: int = 0
-    duration_ms: float = 0.0
-    usage: dict[str, int] | None = None  # TokenUsage's fields, as the UsageMeter found them
-    first_byte_ms: float | None = None
-    redactions: int = 0
-    refusal: PathRefusal | None = None
-
-    def entry(self, cell_id: str | None) -> RequestLogEntry:
-        return RequestLogEntry(
-            cell_id=cell_id,
-            started_at=self.started_at,
-            method=self.method,
-            path=self.path,
-            outcome=self.outcome,
-            status=self.status,
-            request_bytes=self.request_bytes,
-            response_bytes=self.response_bytes,
-            duration_ms=self.duration_ms,
-            usage=None if self.usage is None else TokenUsage(**self.usage),
-            first_byte_ms=self.first_byte_ms,
-            redactions=self.redactions,
-            refusal=self.refusal,
-        )
-
-    def mark_first_byte(self) -> None:
-        self.first_byte_ms = (time.perf_counter() - self.started) * 1000
-
-
-def _refused(request: web.BaseRequest, status: int, message: str) -> web.Response:
-    """An answer of the proxy's own. A client that sent ``Expect: 100-continue`` still holds
-    the body, which is no longer wanted: the connection ends with the answer."""
-    response = web.json_response({"error": {"message": message}}, status=status)
-    if request.headers.get("Expect") and not request.content.is_eof():
-        response.force_close()
-    return response
-
-
-async def _continue(request: web.BaseRequest) -> bool:
-    """What aiohttp's router does before a handler (the low-level server does not), here only
-    once the request is to be sent on: a client that waits for "100 Continue" before it sends
-    the body gets it. False: an expectation the proxy cannot meet (417)."""
-    expect = request.headers.get("Expect")
-    if expect is None or request.version != HttpVersion11:
-        return True
-    if expect.lower() != "100-continue":
-        return False
-    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-    return True
-
-
-def _offered_credential(request: web.BaseRequest) -> tuple[str, str]:
-    """(header the client used, value): Anthropic clients send ``x-api-key``, others a bearer."""
-    api_key = request.headers.get("x-api-key")
-    if api_key is not None:
-        return "x-api-key", api_key
-    authorization = request.headers.get("Authorization", "")
-    scheme, _, value = authorization.partition(" ")
-    return "authorization", value.strip() if scheme.lower() == "bearer" else ""
-
-
-def _upstream_headers(request: web.BaseRequest, header: str, key: str) -> dict[str, str]:
-    """The client's headers for the provider, its credential replaced by the cell's key."""
-    headers = {
-        name: value
-        for name, value in request.headers.items()
-        if name.lower() not in _REQUEST_HEADERS_DROPPED
-    }
-    headers[header] = key if header == "x-api-key" else f"Bearer {key}"
-    headers["Accept-Encoding"] = "identity"  # usage must be readable as it passes
-    return headers
-
-
-def _passed_back(upstream: aiohttp.ClientResponse, answer: AnswerFilter) -> CIMultiDict[str]:
-    """The provider's headers for the guest, the key and key-shaped values redacted."""
-    return CIMultiDict(
-        (name, answer.redactor.text(value))
-        for name, value in upstream.headers.items()
-        if name.lower() not in _RESPONSE_HEADERS_DROPPED
-    )
-
-
-def _answered(answer: AnswerFilter, exchange: _Exchange) -> None:
-    exchange.usage, exchange.redactions = answer.meter.result(), answer.redactions
-
-
-async def _whole_answer(
-    upstream: aiohttp.ClientResponse, answer: AnswerFilter, exchange: _Exchange
-) -> web.Response:
-    """A whole JSON answer is of no use to a client in pieces: one write."""
-    passed_back = _passed_back(upstream, answer)
-    payload = answer.feed(await upstream.read()) + answer.finish()
-    _answered(answer, exchange)
-    exchange.response_bytes = len(payload)
-    return web.Response(
-        body=payload, status=upstream.status, reason=upstream.reason, headers=passed_back
-    )
-
-
-async def _stream_answer(
-    request: web.BaseRequest,
-    upstream: aiohttp.ClientResponse,
-    response: web.StreamResponse,
-    answer: AnswerFilter,
-    exchange: _Exchange,
-) -> None:
-    """An event stream, passed on chunk by chunk as it arrives, read and redacted on the way."""
-    await response.prepare(request)
-    async for chunk in upstream.content.iter_any():
-        passed = answer.feed(chunk)
-        await response.write(passed)
-        exchange.response_bytes += len(passed)
-    passed = answer.finish()
-    await response.write(passed)
-    exchange.response_bytes += len(passed)
-    _answered(answer, exchange)
-    await response.write_eof()
-
-
-def _not_sent(
-    cell: _Cell, exchange: _Exchange, error: aiohttp.ClientConnectorError
-) -> web.Response:
-    """No connection to the provider (refused, DNS, TLS certificate): not a byte of the request
-    reached it, so it is no physical POST; the guest gets a 502 that says so."""
-    cell.physical_posts -= 1  # counted before the send, so that a cancelled send still counts
-    cell.unsent_posts += 1
-    exchange.outcome, exchange.status = "not_sent", 502
-    log.warning("proxy: cell %s: provider not reached: %s", cell.cell_id, type(error).__name__)
-    return web.json_response(
-        {"error": {"message": "provider not reached: the request was not sent"}}, status=502
-    )
-
-
-def _upstream_failed(
-    request: web.BaseRequest,
-    cell: _Cell,
-    exchange: _Exchange,
-    response: web.StreamResponse,
-    error: Exception,
-) -> web.StreamResponse:
-    """A provider that failed or ran out of the cell's time: a 502, or mid-answer a cut."""
-    exchange.outcome = "upstream_failed"
-    log.warning("proxy: cell %s: upstream failed: %s", cell.cell_id, type(error).__name__)
-    if response.prepared:
-        # Mid-answer: the status is gone already; cut the connection so the client sees
-        # a broken answer, not a complete one.
-        if request.transport is not None:
-            request.transport.close()
-        return response
-    exchange.status = 502
-    return web.json_response({"error": {"message": "provider unreachable"}}, status=502)
-
-
-def _upstream_trust(model: Model) -> ssl.SSLContext | bool:
-    """What verifies the provider's certificate: the lock's CA bundle (a private CA) if it
-    names one, else the system trust store."""
-    if model.ca_bundle is None:
-        return True
-    bundle = REPO_ROOT / model.ca_bundle
-    try:
-        return ssl.create_default_context(cafile=bundle)
-    except (OSError, ssl.SSLError) as error:
-        raise RunnerError(
-            f"model {model.id}: ca_bundle {bundle} is no readable PEM CA bundle: "
-            f"{getattr(error, 'reason', None) or error.strerror or type(error).__name__}"
-        ) from None
 
 
 class CredentialProxy:
@@ -324,7 +99,7 @@ class CredentialProxy:
         self._runner: web.ServerRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self._provider: ScriptedProvider | None = None
-        self._cell: _Cell | None = None
+        self._cell: CellState | None = None
         self._bearers: list[str] = []
         self._keys: set[str] = set()
         self.rejected_outside_cells = 0
@@ -440,11 +215,11 @@ class CredentialProxy:
             upstream = await self._scripted_provider(key, script)
         else:
             upstream = str(URL(model.base_url.rstrip("/")))  # its escapes as aiohttp sends them
-        trust = _upstream_trust(model)
+        trust = upstream_trust(model)
         bearer = new_bearer()
         self._bearers.append(bearer)
         self._keys.add(key)
-        self._cell = _Cell(
+        self._cell = CellState(
             cell_id=cell_id,
             model=model,
             bearer=bearer,
@@ -477,7 +252,7 @@ class CredentialProxy:
         await asyncio.gather(*cell.in_flight, return_exceptions=True)
         return self._counts(cell)
 
-    def _counts(self, cell: _Cell) -> ProxyCellCounts:
+    def _counts(self, cell: CellState) -> ProxyCellCounts:
         entries = tuple(exchange.entry(cell.cell_id) for exchange in cell.requests)
         answered = [
             entry for entry in entries if entry.outcome == "forwarded" and 200 <= entry.status < 300
@@ -506,7 +281,7 @@ class CredentialProxy:
             redactions=redactions,
         )
 
-    def _admits(self, cell: _Cell | None, offered: str) -> bool:
+    def _admits(self, cell: CellState | None, offered: str) -> bool:
         return (
             cell is not None
             and secrets.compare_digest(offered.encode(), cell.bearer.encode())
@@ -515,14 +290,14 @@ class CredentialProxy:
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         cell = self._cell
-        exchange = _Exchange(
+        exchange = Exchange(
             started_at=datetime.now(UTC),
             started=time.perf_counter(),
             method=request.method,
             path=request.raw_path.partition("?")[0],  # as the guest wrote it
             request_bytes=request.content_length or 0,
         )
-        header, offered = _offered_credential(request)
+        header, offered = offered_credential(request)
         response: web.StreamResponse
         try:
             # Nothing is answered to a request without the cell's bearer but its 401: no
@@ -533,7 +308,7 @@ class CredentialProxy:
                 else:
                     cell.rejected_requests += 1
                 exchange.outcome, exchange.status = "rejected", 401
-                return _refused(request, 401, "invalid bearer")
+                return refused(request, 401, "invalid bearer")
             assert cell is not None
             target = (
                 api_target(request.raw_path, cell.model.api)
@@ -543,7 +318,7 @@ class CredentialProxy:
             if isinstance(target, Refused):
                 exchange.outcome, exchange.status = "not_an_api_path", 404
                 exchange.refusal = target.why
-                return _refused(request, 404, "not an API path")
+                return refused(request, 404, "not an API path")
             task = asyncio.current_task()
             assert task is not None
             cell.in_flight.add(task)
@@ -560,7 +335,7 @@ class CredentialProxy:
 
     @staticmethod
     async def _too_large(
-        request: web.BaseRequest, exchange: _Exchange, sending: bool
+        request: web.BaseRequest, exchange: Exchange, sending: bool
     ) -> web.Response:
         """A body over the limit, by its Content-Length before it is read (and before a "100
         Continue"), or as it is read: never sent on. A client ``sending`` its body has the
@@ -571,23 +346,23 @@ class CredentialProxy:
         if sending:
             while await request.content.readany():
                 pass
-        return _refused(request, 413, f"request body over {MAX_REQUEST_BYTES} bytes")
+        return refused(request, 413, f"request body over {MAX_REQUEST_BYTES} bytes")
 
     async def _forward(
         self,
         request: web.BaseRequest,
-        cell: _Cell,
+        cell: CellState,
         target: Endpoint,
         header: str,
-        exchange: _Exchange,
+        exchange: Exchange,
     ) -> web.StreamResponse:
         assert self._session is not None
         if (request.content_length or 0) > MAX_REQUEST_BYTES:
             return await self._too_large(request, exchange, not request.headers.get("Expect"))
-        if not await _continue(request):
+        if not await expect_continue(request):
             exchange.outcome, exchange.status = "expectation_failed", 417
-            return _refused(request, 417, "unknown Expect")
-        headers = _upstream_headers(request, header, cell.key)
+            return refused(request, 417, "unknown Expect")
+        headers = upstream_headers(request, header, cell.key)
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:  # a body without a Content-Length
@@ -621,25 +396,25 @@ class CredentialProxy:
                     event_stream,
                 )
                 if not event_stream:
-                    return await _whole_answer(upstream, answer, exchange)
+                    return await whole_answer(upstream, answer, exchange)
                 response = web.StreamResponse(
                     status=upstream.status,
                     reason=upstream.reason,
-                    headers=_passed_back(upstream, answer),
+                    headers=headers_passed_back(upstream, answer),
                 )
-                await _stream_answer(request, upstream, response, answer, exchange)
+                await stream_answer(request, upstream, response, answer, exchange)
                 return response
         except ConnectionResetError:
             exchange.outcome = "client_gone"
             return response
         except aiohttp.ClientConnectorError as error:
-            return _not_sent(cell, exchange, error)
+            return not_sent(cell, exchange, error)
         except (aiohttp.ClientError, TimeoutError, UnreadableEncoding, zlib.error) as error:
             # An answer the proxy cannot decode is never passed on: what it hides (a key) could
             # not be redacted, nor its usage read.
-            return _upstream_failed(request, cell, exchange, response, error)
+            return upstream_failed(request, cell, exchange, response, error)
 
-    def _record(self, cell: _Cell | None, exchange: _Exchange) -> None:
+    def _record(self, cell: CellState | None, exchange: Exchange) -> None:
         exchange.duration_ms = (time.perf_counter() - exchange.started) * 1000
         if cell is not None:
             cell.requests.append(exchange)
