@@ -11,7 +11,8 @@ from pathlib import Path
 from pyinfra import host
 
 from deploy.errors import one_line_errors
-from deploy.guest.provision import guest_provisioning, plan_guest
+from deploy.guest.plan import plan_guest
+from deploy.guest.provision import guest_provisioning
 from deploy.hypervisor import hypervisor_prerequisites
 from deploy.lab import SSH_WAIT_SECONDS, lab_vm, prepare_lab
 from deploy.operations.guest import ssh_answers

@@ -26,7 +26,8 @@ from typing import Any
 import ansible_runner
 import yaml
 
-from deploy.guest.provision import FSTAB_OPTIONS, GuestPlan, plan_guest
+from deploy.guest.plan import GuestPlan, plan_guest
+from deploy.guest.provision import FSTAB_OPTIONS
 from runner.cache.paths import CachePaths
 from runner.lab.layout import AGENT_USER, ARTIFACTS_MOUNT_TAG, GUEST
 from runner.lab.state import REPO_ROOT, LabPaths, LabState, load_lab_state

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.guest import provision
-from deploy.guest.provision import RegistryBaseImage
+from deploy.guest import plan
+from deploy.guest.plan import RegistryBaseImage
 from runner.artifacts.resolver import Section, UnavailableArtifacts
 from runner.cache.paths import CachePaths
 from runner.cache.store import ArtifactStore
@@ -82,9 +82,7 @@ def test_a_pinned_image_is_stored_recorded_and_fetched_again_byte_for_byte(
 
     # The guest's plan: the registry image loaded from that archive, the local one made.
     lock = load_lock(lock_path)
-    (planned,) = provision._registry_images(
-        lock, resolution, ArtifactStore(CachePaths(tmp_path / "a"))
-    )
+    (planned,) = plan._registry_images(lock, resolution, ArtifactStore(CachePaths(tmp_path / "a")))
     assert planned == RegistryBaseImage(
         f"{repository}@{digest}",
         digest,
@@ -92,7 +90,7 @@ def test_a_pinned_image_is_stored_recorded_and_fetched_again_byte_for_byte(
         str(GUEST.blob(image.sha256)),
         ("bench-tiny",),
     )
-    assert provision._base_images(lock) == {"localhost/base:1": ("bench-base",)}
+    assert plan._base_images(lock) == {"localhost/base:1": ("bench-base",)}
 
     # A fresh cache: pulled again, the same bytes (the recorded sha256); the record untouched.
     recorded = resolved.read_bytes()

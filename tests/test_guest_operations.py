@@ -18,7 +18,7 @@ import pytest
 
 from deploy.guest import operations as guest_ops
 from deploy.guest.facts import ImageLabel, UnitStamp
-from deploy.guest.provision import Bundle
+from deploy.guest.plan import Bundle
 from runner.guest.task_images import TaskImageBuild
 from tests.support.deploy_harness import local_host, yielded
 from tests.support.recorded_provisioning import example_plan, record_provisioning

@@ -247,7 +247,7 @@ def test_the_run_script_reads_the_compiled_cache_around_the_harness(
 
 
 def test_warm_compiled_caches_are_refused_at_provisioning(lock: Lock) -> None:
-    from deploy.guest.provision import plan_guest
+    from deploy.guest.plan import plan_guest
 
     warm = lock.harnesses[1].model_copy(update={"compiled_cache": "warm"})
     asking = lock.model_copy(update={"harnesses": (lock.harnesses[0], warm)})

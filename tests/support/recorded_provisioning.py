@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from deploy.guest import operations as guest_ops
-from deploy.guest import provision
-from deploy.guest.provision import Bundle, GuestPlan, RegistryBaseImage, TaskImage
+from deploy.guest import plan, provision
+from deploy.guest.plan import Bundle, GuestPlan, RegistryBaseImage, TaskImage
 
 Calls = list[tuple[str, dict[str, Any]]]
 
@@ -51,7 +51,7 @@ def example_plan() -> GuestPlan:
             ),
         ),
         image_inputs="sha256:i",
-        rootfs_tar=provision._rootfs_tar("aarch64", "/opt/bench/verifier-root"),
+        rootfs_tar=plan._rootfs_tar("aarch64", "/opt/bench/verifier-root"),
         task_images=tuple(
             TaskImage(
                 task.unit.removeprefix("task-"),
