@@ -21,6 +21,7 @@ from pyinfra.api.command import StringCommand
 
 from deploy.guest import operations as guest_ops
 from runner.core.roots import REPO_ROOT
+from runner.guest.task_images import TaskImageBuild
 from runner.lab import egress
 from runner.lab.layout import DOCKER_HOST, GUEST, GUEST_PROXY_ADDRESS
 from runner.lab.mirror import lab_mirror
@@ -205,7 +206,7 @@ def test_every_broken_task_build_is_tried_and_all_are_named_in_one_table(
     guest: GuestTransport,
 ) -> None:
     mirror = guest_ops.Mirror(LAB, str(resolution_path(REPO_ROOT / "locks" / "demo.toml", LOCK)))
-    images = []
+    images: list[TaskImageBuild] = []
     with lab_mirror(mirror.lab, Path(mirror.resolution_file)):
         for task, dockerfile in BROKEN_BUILDS.items():
             context = f"/tmp/broken-builds/{task}"
@@ -213,11 +214,15 @@ def test_every_broken_task_build_is_tried_and_all_are_named_in_one_table(
                 guest,
                 f"mkdir -p {context} && printf %s {shlex.quote(dockerfile)} > {context}/Dockerfile",
             )
-            image = (task, f"localhost/broken-{task}:test", "sha256:broken", 300.0)
-            images.append(image)
+            build = TaskImageBuild(
+                task=task, image=f"localhost/broken-{task}:test", inputs_digest="sha256:broken",
+                build_timeout_sec=300.0,
+            )  # fmt: skip
+            images.append(build)
             for command in _commands_of(
-                guest_ops.task_image, task=task, image=image[1], context=context,
-                digest=image[2], timeout_seconds=image[3], mirror=mirror,
+                guest_ops.task_image, task=task, image=build.image, context=context,
+                digest=build.inputs_digest, timeout_seconds=build.build_timeout_sec,
+                mirror=mirror,
             ):  # fmt: skip
                 run(guest, command, timeout=600)
         (report,) = _commands_of(guest_ops.task_images_built, images=tuple(images))

@@ -153,6 +153,16 @@ def test_pyinfra_connector_refuses_a_changed_key(
     _, host = _pyinfra_guest()
     with pytest.raises(ConnectError, match="SSH host key error"):
         host.connector._connect_to_lab()  # type: ignore[attr-defined]
+    assert sshd.connections == 1  # refused at once, never tried again
+
+
+def test_pyinfra_connector_tries_a_dropped_handshake_again(
+    lab: LabState, sshd: LoopbackSshd
+) -> None:
+    sshd.drop_first = 1  # what CI's smoke deploy met: "Error reading SSH protocol banner"
+    _, host = _pyinfra_guest()
+    host.connector._connect_to_lab()  # type: ignore[attr-defined]
+    assert sshd.connections == 2
 
 
 def test_ansible_refuses_a_changed_key_and_reaches_the_pinned_one(

@@ -19,8 +19,10 @@ from typing_extensions import override
 from deploy.errors import one_line_errors
 from runner.lab.host_key import write_known_hosts
 from runner.lab.state import LabPaths, load_lab_state
+from runner.lab.transport import PARAMIKO_WAITS
 
 GUEST_GROUP = "lab_guests"
+CONNECT_RETRIES = 5
 
 
 class LabGuestConnector(SSHConnector):
@@ -49,6 +51,12 @@ class LabGuestConnector(SSHConnector):
                 "ssh_key": lab.private_key,
                 "ssh_known_hosts_file": str(paths.known_hosts),
                 "ssh_strict_host_key_checking": "yes",
+                "ssh_paramiko_connect_kwargs": dict(PARAMIKO_WAITS),
+                # A dropped or slow handshake is tried again (a changed host key is not: pyinfra
+                # raises it as a connect error, which it never retries).
+                "ssh_connect_retries": CONNECT_RETRIES,
+                "ssh_connect_retry_min_delay": 3.0,
+                "ssh_connect_retry_max_delay": 8.0,
             }
         )
         super().connect()

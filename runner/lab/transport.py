@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol, Self
+from typing import Protocol, Self, TypedDict
 
 import paramiko
 from pydantic import BaseModel
@@ -43,6 +43,21 @@ _STEP_SECONDS = 60.0
 # After a command's exit status: how long its output may take to reach its end (EOF).
 _DRAIN_SECONDS = 10.0
 _BANNER = b"SSH-"
+
+
+class ParamikoWaits(TypedDict):
+    """Paramiko's waits within one connection, for every SSH client of a guest (this transport
+    and pyinfra's connector): a guest starved of CPU under TCG can accept a connection and then
+    take longer than Paramiko's default 15 s to send its banner."""
+
+    banner_timeout: float
+    auth_timeout: float
+    channel_timeout: float
+
+
+PARAMIKO_WAITS = ParamikoWaits(
+    banner_timeout=_STEP_SECONDS, auth_timeout=_STEP_SECONDS, channel_timeout=_STEP_SECONDS
+)
 
 
 class ExecResult(BaseModel):
@@ -265,9 +280,7 @@ class SshTransport(ClosedOnExit):
                     username=self.user,
                     key_filename=str(self.key_path),
                     timeout=10,
-                    banner_timeout=30,
-                    auth_timeout=30,
-                    channel_timeout=_STEP_SECONDS,
+                    **PARAMIKO_WAITS,
                     allow_agent=False,
                     look_for_keys=False,
                 )

@@ -99,10 +99,14 @@ def _run(channel: paramiko.Channel, command: str) -> None:
 
 class LoopbackSshd:
     """Accepts connections on a free 127.0.0.1 port until closed; ``host_key`` is read per
-    connection, so assigning it changes what the next client is offered."""
+    connection, so assigning it changes what the next client is offered. The first
+    ``drop_first`` connections are closed before the banner, as a guest's sshd that is starved
+    or refusing for a while closes them; ``connections`` counts every connection accepted."""
 
     def __init__(self, host_key: paramiko.PKey) -> None:
         self.host_key = host_key
+        self.drop_first = 0
+        self.connections = 0
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self._transports: list[paramiko.Transport] = []
@@ -115,6 +119,10 @@ class LoopbackSshd:
                 connection, _ = self._listener.accept()
             except OSError:  # closed
                 return
+            self.connections += 1
+            if self.connections <= self.drop_first:
+                connection.close()
+                continue
             transport = paramiko.Transport(connection)
             transport.add_server_key(self.host_key)
             self._transports.append(transport)
