@@ -11,7 +11,13 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from runner.lab.transport import GuestError, SshTransport, connection_errors, read_channel
+from runner.lab.transport import (
+    GuestError,
+    SshTransport,
+    connection_errors,
+    read_channel,
+    wait_for_sshd,
+)
 from tests.support.loopback_sshd import loopback_lab, make_ed25519_key, public_line
 
 # Always readable: a fake channel's output is there whenever it says so.
@@ -134,3 +140,25 @@ def test_an_unreachable_guest_is_a_guest_error_naming_host_and_port(tmp_path: Pa
     # Nothing listens on the port: the connection is refused at once, on loopback.
     with pytest.raises(GuestError, match=rf"guest at 127.0.0.1:{port}: did not answer SSH"):
         SshTransport.for_lab(lab).connect(wait_seconds=0)
+
+
+def _late_banner(listener: socket.socket, delay: float) -> None:
+    """A guest's sshd that accepts, then takes ``delay`` seconds to send its banner."""
+    connection, _ = listener.accept()
+    with connection:
+        time.sleep(delay)
+        connection.sendall(b"SSH-2.0-slow\r\n")
+
+
+def test_a_guest_slow_to_send_its_banner_still_answers(tmp_path: Path):
+    # What a TCG guest on a busy host does (the deploy's wait and its last look took a banner
+    # 5 s late for no answer, and stopped the deploy).
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        lab = loopback_lab(
+            "t", listener.getsockname()[1], tmp_path / "no-key",
+            public_line(make_ed25519_key(tmp_path / "k")),
+        )  # fmt: skip
+        threading.Thread(target=_late_banner, args=(listener, 8.0), daemon=True).start()
+        started = time.monotonic()
+        wait_for_sshd(lab, 0)
+    assert time.monotonic() - started >= 8.0

@@ -76,7 +76,7 @@ def wait_for_guest(lab_name: str, wait_seconds: float) -> None:
     _await_sshd(lab, wait_seconds)
     if lab.ssh_host_key is None:
         lab = pin_host_key(lab, _console_log(lab))
-    answered = guest_machine(lab)
+    answered = guest_machine(lab, _VM_CHECK_SECONDS)
     if answered != lab.guest_arch:
         raise GuestError(
             f"guest at {lab.ssh_host}:{lab.ssh_port} is {answered!r}, expected {lab.guest_arch!r}"

@@ -43,6 +43,7 @@ _STEP_SECONDS = 60.0
 # After a command's exit status: how long its output may take to reach its end (EOF).
 _DRAIN_SECONDS = 10.0
 _BANNER = b"SSH-"
+_BANNER_PROBE_SECONDS = 30.0
 
 
 class ParamikoWaits(TypedDict):
@@ -396,7 +397,9 @@ def wait_for_sshd(lab: LabState, wait_seconds: float, poll_seconds: float = 0.05
     while True:
         try:
             with socket.create_connection((lab.ssh_host, lab.ssh_port), timeout=5) as probe:
-                probe.settimeout(5)
+                # A guest that does not listen closes at once; one that listens may be slow to
+                # start the session's sshd under TCG on a busy host (seconds, not minutes).
+                probe.settimeout(_BANNER_PROBE_SECONDS)
                 if probe.recv(len(_BANNER)) == _BANNER:
                     return
         except OSError:
@@ -410,5 +413,6 @@ def guest_machine(lab: LabState, wait_seconds: float = 0) -> str:
     """The guest's ``uname -m`` over SSH, waiting up to ``wait_seconds`` for its sshd; every
     step is bounded, so this never hangs."""
     wait_for_sshd(lab, wait_seconds, poll_seconds=2.0)
-    with SshTransport.for_lab(lab).connect() as guest:
+    # Its sshd answered: a handshake dropped now is the guest being slow, tried again a while.
+    with SshTransport.for_lab(lab).connect(max(wait_seconds, _STEP_SECONDS)) as guest:
         return guest.check("uname -m", timeout=_STEP_SECONDS).stdout.strip()
