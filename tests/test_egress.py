@@ -40,6 +40,7 @@ from tests.support.fake_transport import (
     trial_tree,
 )
 from tests.support.freeze_factory import manifest_of
+from tests.support.playbook_commands import commands_of
 from tests.support.recorded_provisioning import example_plan, record_provisioning
 
 REFUSED = (EGRESS_LISTINGS / "nft-1.1.3-refused.json").read_text()
@@ -285,5 +286,4 @@ def test_the_freeze_records_the_firewalls_table_and_the_audit_expects_it() -> No
     assert manifest.state.nft_tables == firewall
     [play] = build_playbook(manifest)
     assert play["vars"]["expected"]["nft"] == firewall
-    [observe] = [task for task in play["tasks"] if task["name"] == "observe nft"]
-    assert f"nft -s -t list table inet {egress.TABLE} " in observe["ansible.builtin.raw"]
+    assert f"nft -s -t list table inet {egress.TABLE} " in commands_of(play)["nft"]

@@ -25,7 +25,7 @@ from runner.freeze import live, manifest
 from runner.freeze.live import LATE_CATEGORIES, LIVE_PROBES, SPEED_COMMAND, parse_lines
 from runner.freeze.manifest import FreezeScope, SpeedFigures, default_scope
 from runner.verify.audit import compare_speed, unrecorded
-from runner.verify.playbook import SPEED_TASK, build_playbook, probes_for
+from runner.verify.playbook import OBSERVE_LIVE_TASK, SPEED_TASK, build_playbook, probes_for
 from tests.support.freeze_factory import manifest_of
 from tests.test_live_probes import run
 
@@ -558,13 +558,12 @@ def test_the_speed_probe_prints_two_figures() -> None:
     assert 0 < cpu < 60 and 0 <= disk < 60
 
 
-def speed_events(cpu: float, disk: float, live_each: float) -> list[dict[str, Any]]:
+def speed_events(cpu: float, disk: float, live: float) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = [
         {
             "event": "runner_on_ok",
-            "event_data": {"task": f"observe {p.category}", "duration": live_each, "res": {}},
+            "event_data": {"task": OBSERVE_LIVE_TASK, "duration": live, "res": {}},
         }
-        for p in LIVE_PROBES
     ]
     stdout = f"cpu\t{cpu}\ndisk\t{disk}\n"
     events.append(
@@ -581,11 +580,10 @@ def frozen_with_speed() -> manifest.FreezeManifest:
 
 def test_an_audit_far_slower_than_its_freeze_is_a_slower_drift() -> None:
     frozen = frozen_with_speed()
-    n = len(LIVE_PROBES)
-    checks, drifts = compare_speed(frozen, speed_events(2.9, 1.4, 13.0 / n))
+    checks, drifts = compare_speed(frozen, speed_events(2.9, 1.4, 13.0))
     assert checks == ["slower:cpu", "slower:disk", "slower:live"] and drifts == []
     # A CPU quota of 10%: the CPU 10x, the live reading 12x; the disk 3.6x but by 1.3 s only.
-    _, drifts = compare_speed(frozen, speed_events(15.0, 1.8, 156.0 / n))
+    _, drifts = compare_speed(frozen, speed_events(15.0, 1.8, 156.0))
     lines = {d.check: d.line for d in drifts}
     assert set(lines) == {"slower:cpu", "slower:live"}
     assert (

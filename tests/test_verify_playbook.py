@@ -14,8 +14,15 @@ import pytest
 import yaml
 
 from runner.freeze.live import LIVE_PROBES
-from runner.verify.playbook import CHECK_TASK_PREFIX, PROBES, build_playbook
+from runner.verify.playbook import (
+    CHECK_TASK_PREFIX,
+    OBSERVE_LIVE_TASK,
+    OBSERVE_REST_TASK,
+    PROBES,
+    build_playbook,
+)
 from tests.support.freeze_factory import manifest_of
+from tests.support.playbook_commands import commands_of
 
 CASES = sorted((Path(__file__).parent / "verify_playbook_cases").glob("*.json"))
 RAW_START, RAW_END = "{% raw %}set -o pipefail; ", "{% endraw %}"
@@ -32,13 +39,13 @@ def test_playbook_from_manifest(case_path: Path) -> None:
     [play] = yaml.safe_load(yaml.safe_dump(build_playbook(manifest)))
 
     assert play["vars"]["expected"] == case["expected"]
-    tasks = {task["name"]: task for task in play["tasks"]}
+    commands = commands_of(play)
     for category, fragments in case["commands"].items():
-        command = tasks[f"observe {category}"]["ansible.builtin.raw"]
+        command = commands[category]
         for fragment in fragments:
             assert fragment in command, f"{category}: {fragment!r} not in {command!r}"
     for category, fragments in case["commands_lack"].items():
-        command = tasks[f"observe {category}"]["ansible.builtin.raw"]
+        command = commands[category]
         for fragment in fragments:
             assert fragment not in command
 
@@ -47,7 +54,8 @@ def test_every_observation_is_read_only_literal_and_runs_in_check_mode() -> None
     manifest = manifest_of({}, COLLECTED, live=EVERY_LIVE)
     [play] = build_playbook(manifest)
     observations = [t for t in play["tasks"] if "ansible.builtin.raw" in t]
-    assert [t["name"] for t in observations] == [f"observe {p.category}" for p in PROBES]
+    assert [t["name"] for t in observations] == [OBSERVE_LIVE_TASK, OBSERVE_REST_TASK]
+    assert sorted(commands_of(play)) == sorted(p.category for p in PROBES)
     for task in observations:
         assert task["check_mode"] is False and task["changed_when"] is False
         raw = task["ansible.builtin.raw"]
@@ -65,11 +73,11 @@ def test_the_audit_runs_the_live_commands_the_freeze_ran() -> None:
     scope = {"sysctl_volatile": ["kernel.random.*"], "process_exe_excludes": ["/usr/bin/x"]}
     manifest = manifest_of(scope, COLLECTED, live=EVERY_LIVE)
     [play] = build_playbook(manifest)
-    raw = {t["name"]: t["ansible.builtin.raw"] for t in play["tasks"] if "ansible.builtin.raw" in t}
+    commands = commands_of(play)
     assert {p.category for p in LIVE_PROBES} <= {p.category for p in PROBES}
     for live in LIVE_PROBES:
-        # runner.freeze.record.observe_live runs "set -o pipefail; <command>" over SSH.
-        assert raw[f"observe {live.category}"] == RAW_START + live.command(manifest.scope) + RAW_END
+        # runner.freeze.record.observe_live runs the same commands, at once as here.
+        assert commands[live.category] == live.command(manifest.scope)
 
 
 def test_a_live_value_with_tabs_stays_whole_in_the_observed_map() -> None:

@@ -450,3 +450,36 @@ def parse_lines(stdout: str) -> dict[str, str]:
     """``key<TAB>value`` lines as a map (a line without a tab is a key with an empty value)."""
     pairs = (line.split("\t", 1) for line in stdout.splitlines() if line)
     return {pair[0]: pair[1] if len(pair) > 1 else "" for pair in pairs}
+
+
+def concurrent_command(commands: dict[str, str], nonce: str) -> str:
+    """Every command at once, each writing into a pipe of its own (bash's process substitution:
+    no file is made in the guest, so the audit does not move the tmpfs it audits), then their
+    outputs in turn, each framed by ``nonce`` lines: ``<nonce> begin <name>``, the command's
+    lines, ``<nonce> exit <status> <name>``. Exits 1 when any command failed, naming each on
+    stderr. The nonce is the caller's secret of the moment: nothing the guest prints can forge
+    a frame."""
+    starts = "".join(
+        # A newline ends the command (some end in "; " already); its own subshell, so that even
+        # an `exit` in it leaves the frame's end to be printed.
+        f"exec {{fd_{i}}}< <( (set -o pipefail; {command}\n);"
+        f" printf '\\n{nonce} exit %s %s\\n' \"$?\" {shlex.quote(name)}); "
+        for i, (name, command) in enumerate(commands.items())
+    )
+    reads = "".join(
+        f"printf '{nonce} begin %s\\n' {shlex.quote(name)}; cat <&$fd_{i}; "
+        for i, name in enumerate(commands)
+    )
+    failed = (
+        f'$1 == "{nonce}" && $2 == "exit" && $3 != 0'
+        ' { bad = 1; print $4 " failed (exit " $3 ")" > "/dev/stderr" }'
+    )
+    return f"{starts}{{ {reads}}} | awk '{failed} {{ print }} END {{ exit bad }}'"
+
+
+def framed_sections(output: str, names: tuple[str, ...], nonce: str) -> dict[str, str]:
+    """What each command of ``concurrent_command`` printed, without its frame."""
+    return {
+        name: output.split(f"{nonce} begin {name}\n", 1)[1].split(f"\n{nonce} exit ", 1)[0]
+        for name in names
+    }

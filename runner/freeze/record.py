@@ -12,6 +12,7 @@ manifest describes exactly what a reset returns to.
 from __future__ import annotations
 
 import json
+import secrets
 import shlex
 import time
 from dataclasses import dataclass
@@ -24,7 +25,14 @@ from runner.core.errors import InputError, RunnerError, describe_validation_erro
 from runner.core.files import read_model, write_model
 from runner.core.models import updated
 from runner.freeze.inventory import inventory_of, read_disk
-from runner.freeze.live import LIVE_PROBES, SPEED_COMMAND, parse_lines, parse_speed
+from runner.freeze.live import (
+    LIVE_PROBES,
+    SPEED_COMMAND,
+    concurrent_command,
+    framed_sections,
+    parse_lines,
+    parse_speed,
+)
 from runner.freeze.manifest import (
     Collected,
     FreezeManifest,
@@ -86,14 +94,14 @@ def collect(guest: GuestTransport, scope: FreezeScope) -> tuple[Collected, float
 
 def observe_live(guest: GuestTransport, scope: FreezeScope) -> dict[str, dict[str, str]]:
     """Each live category's map, by the command the audit runs too (runner.freeze.live)."""
-    live: dict[str, dict[str, str]] = {}
-    for probe in LIVE_PROBES:
-        result = guest.exec(f"set -o pipefail; {probe.command(scope)}", timeout=120)
-        if not result.ok:
-            last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-            raise RunnerError(f"reading the guest's {probe.category} failed: {last}")
-        live[probe.category] = parse_lines(result.stdout)
-    return live
+    nonce = "@@" + secrets.token_hex(8)
+    commands = {probe.category: probe.command(scope) for probe in LIVE_PROBES}
+    result = guest.exec(f"set -o pipefail; {concurrent_command(commands, nonce)}", timeout=300)
+    if not result.ok:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RunnerError(f"reading the guest's live state failed: {last}")
+    sections = framed_sections(result.stdout, tuple(commands), nonce)
+    return {category: parse_lines(sections[category]) for category in commands}
 
 
 def measure_speed(guest: GuestTransport, live_seconds: float) -> SpeedFigures:

@@ -32,7 +32,7 @@ import yaml
 
 from runner.core.errors import RunnerError
 from runner.core.files import write_atomic, write_model
-from runner.freeze.live import LATE_CATEGORIES, LIVE_PROBES, parse_speed
+from runner.freeze.live import LATE_CATEGORIES, parse_speed
 from runner.freeze.manifest import FreezeManifest
 from runner.freeze.record import load_freeze
 from runner.lab.host_key import HostKeyError, write_known_hosts
@@ -41,7 +41,7 @@ from runner.verify.disk import DiskCheck, audit_disk, lab_disk
 from runner.verify.playbook import (
     CHECK_TASK_PREFIX,
     HOST_GROUP,
-    OBSERVE_TASK_PREFIX,
+    OBSERVE_LIVE_TASK,
     SPEED_TASK,
     build_playbook,
 )
@@ -246,7 +246,6 @@ def compare_speed(
     frozen, scope = manifest.state.speed, manifest.scope
     if frozen is None or scope.slower_ratio <= 0:
         return [], []
-    live_tasks = {f"{OBSERVE_TASK_PREFIX}{probe.category}" for probe in LIVE_PROBES}
     now: dict[str, float] = {}
     live_seconds = 0.0
     for event in events:
@@ -254,7 +253,7 @@ def compare_speed(
         if event.get("event") not in _CHECK_EVENTS:
             continue
         task = str(data.get("task", ""))
-        if task in live_tasks:
+        if task == OBSERVE_LIVE_TASK:
             live_seconds += float(data.get("duration") or 0.0)
         elif task == SPEED_TASK and event.get("event") == "runner_on_ok":
             with contextlib.suppress(KeyError, ValueError):
