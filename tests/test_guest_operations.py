@@ -20,6 +20,7 @@ from deploy.guest import operations as guest_ops
 from deploy.guest.facts import ImageLabel, UnitStamp
 from deploy.guest.plan import Bundle
 from runner.guest.task_images import TaskImageBuild
+from runner.lab.layout import GUEST
 from tests.support.deploy_harness import local_host, yielded
 from tests.support.recorded_provisioning import example_plan, record_provisioning
 
@@ -137,6 +138,19 @@ def test_provisioning_unpacks_every_bundle_of_the_plan_exactly_once(
     assert all(order.index(("guest.unpacked", task.unit)) < first_task_image for task in plan.tasks)
     loaded = [i for i, (name, _) in enumerate(calls) if name == "guest.registry_image"]
     assert loaded and max(loaded) < first_task_image
+    # A warm harness's cache is made in a task image once they are all built, in the dir every
+    # task container binds (made even when no harness is warm).
+    (warm,) = plan.warm_caches
+    assert [(k["harness"], k["image"], k["script"], k["dest"], k["digest"])
+            for k in named("compiled_cache_warmed")] == [
+        (warm.harness, warm.image, warm.script, warm.dest, warm.digest)
+    ]  # fmt: skip
+    assert order.index(("guest.compiled_cache_warmed", warm.image)) > order.index(
+        ("guest.task_images_built", None)
+    )
+    compiled = [k["path"] for name, k in calls if name == "files.directory"]
+    assert str(GUEST.container_artifacts.compiled_caches) in compiled
+    assert warm.dest == f"{GUEST.container_artifacts.compiled_caches}/{warm.harness}"
 
 
 def test_unit_stamp_fact_reads_the_stamp_only_when_the_install_is_there() -> None:

@@ -47,7 +47,7 @@ PROXY_URL = "http://host.containers.internal:8931/v1"
 def plan_for(lock: Lock, harness_id: str, model_id: str) -> AgentPlan:
     harness = next(h for h in lock.harnesses if h.id == harness_id)
     model = next(m for m in lock.models if m.id == model_id)
-    version = {"node": lock.tools.node, "bun": lock.tools.bun}[harness.runtime]
+    version = lock.tools.runtime_version(harness.runtime)
     return AgentPlan(
         harness=harness,
         model=model,
@@ -290,7 +290,7 @@ def test_a_cell_through_the_agent_scripts_earns_the_reward(
 ) -> None:
     task = TASKS / "git-leak-recovery"
     harness = next(h for h in DEMO.harnesses if h.id == harness_id)
-    runtime_version = {"node": DEMO.tools.node, "bun": DEMO.tools.bun}[harness.runtime]
+    runtime_version = DEMO.tools.runtime_version(harness.runtime)
     key_model = DEMO.models[0]
     monkeypatch.setenv(key_model.key_env, "sk-scripted-" + os.urandom(8).hex())
     container = StandInContainer.empty(tmp_path / "root")

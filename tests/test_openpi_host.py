@@ -225,9 +225,13 @@ def _run_pi(
     extension: bool,
     script: ProviderScript = WRITE_ANSWER,
     trace: Path | None = None,
+    tmpdir: Path | None = None,
+    arguments: tuple[str, ...] | None = None,
 ) -> tuple[Started, object]:
     """Pi (with OpenPI installed when ``extension``) through a real proxy; with ``trace``, under
-    strace, every socket connect and datagram send of it and its children written there."""
+    strace, every socket connect and datagram send of it and its children written there; with
+    ``tmpdir``, its TMPDIR (where jiti compiles to); with ``arguments``, Pi started on those
+    instead of the scripted prompt."""
     lock = load_lock(DEMO)
     node = runtime_binary("node", lock.tools.node)
     pi = (
@@ -253,6 +257,7 @@ def _run_pi(
         "NO_PROXY": "127.0.0.1,localhost",
         "no_proxy": "127.0.0.1,localhost",
         KEY_ENV: os.environ[KEY_ENV],
+        **({"TMPDIR": str(tmpdir)} if tmpdir else {}),
     }
     if extension:
         assert tree is not None
@@ -273,7 +278,8 @@ def _run_pi(
         )
         traced = ["strace", "-f", "-qq", "-e", "trace=connect,sendto,sendmsg", "-o", str(trace)]
         done = subprocess.run(
-            [*(traced if trace else []), str(pi), *agent_command(model, "Write the answer.")],
+            [*(traced if trace else []), str(pi),
+             *(arguments or agent_command(model, "Write the answer."))],
             env={**env, BEARER_ENV: bearer}, cwd=work, capture_output=True, text=True,
             timeout=300, check=False,
         )  # fmt: skip
@@ -389,3 +395,31 @@ def test_the_written_registration_is_what_pi_install_writes(
         assert installed.returncode == 0, installed.stderr
     assert sorted(p.name for p in agent_dir.iterdir()) == ["settings.json"]
     assert (agent_dir / "settings.json").read_text() == registered_extensions(plan)
+
+
+@pytest.mark.registry
+@pytest.mark.usefixtures("provider_key")
+def test_a_cache_warmed_on_help_is_everything_a_run_compiles(
+    openpi_tree: Path, tmp_path: Path
+) -> None:
+    """compiled_cache = "warm": the deploy's warm script starts Pi with OpenPI on ``--help``
+    (agent_plan.warm_script), which compiles every extension into $TMPDIR/jiti; a run of OpenPI's
+    tools that starts from a copy of those files compiles nothing more and rewrites none."""
+    recorder = ConnectionRecorder()
+    warm, cell = tmp_path / "warm-tmp", tmp_path / "cell-tmp"
+    warm.mkdir()
+    helped, _ = _run_pi(
+        openpi_tree, tmp_path / "warm", recorder, True, tmpdir=warm, arguments=("--help",)
+    )
+    assert helped.returncode == 0, helped.stderr
+    compiled = {path.name: path.read_bytes() for path in (warm / "jiti").iterdir()}
+    assert len(compiled) >= EXTENSIONS, sorted(compiled)
+    shutil.copytree(warm / "jiti", cell / "jiti")
+    run, _ = _run_pi(
+        openpi_tree, tmp_path / "cell", recorder, True, script=OPENPI_TURN, tmpdir=cell
+    )
+    assert run.returncode == 0, run.stderr
+    assert [error for _, error, _ in run.tool_results()] == [False] * 6
+    after = {path.name: path.read_bytes() for path in (cell / "jiti").iterdir()}
+    assert after == compiled
+    assert recorder.connections == []

@@ -65,7 +65,7 @@ def _registry_unreachable() -> bool:
 def _installed(agent: Agent) -> HostHarness:
     lock = load_lock(REPO / "locks" / "demo.toml")
     harness = HOST_HARNESSES[agent]
-    runtime = {"node": lock.tools.node, "bun": lock.tools.bun}[harness.runtime]
+    runtime = lock.tools.runtime_version(harness.runtime)
     try:
         return host_harness(harness, runtime)
     except RunnerError as error:

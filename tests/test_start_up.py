@@ -1,6 +1,6 @@
 """Start-up apart from work (each cell's agent phase split at its first model request, in the
 ledger and per harness in the report) and the harness's compiled cache (the lock's field, the
-run script's reading, what the receipt says held; warm refused at provisioning for now)."""
+run script's reading, what the receipt says held; a warm cache planned, copied in, counted)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,17 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from runner.cells.cell import start_up
-from runner.core.errors import RunnerError
 from runner.core.roots import REPO_ROOT
 from runner.guest.agent_plan import (
     CONTAINER,
     SCRIPT_OPTIONS,
     AgentPlan,
     CompiledCacheReading,
+    configure_script,
+    install_script,
     run_script,
     then_record_cgroup,
+    warm_script,
 )
 from runner.lab.harbor_result import HarborTrialResult
 from runner.proxy.models import ProxyCellCounts, RequestLogEntry
@@ -163,23 +165,30 @@ def test_the_report_gives_start_up_and_work_medians_per_harness(lock: Lock) -> N
 
 def test_the_receipt_names_the_compiled_caches_asked_and_held(lock: Lock) -> None:
     schedule = build_schedule(lock)
-    receipt = build_receipt(lock, schedule, lines_with_start_up(lock), "clean", "passed")
+    lines = lines_with_start_up(lock, before=5)
+    receipt = build_receipt(lock, schedule, lines, "clean", "passed")
     assert receipt.compiled_caches is not None
     held = {cache.harness: (cache.asked, cache.held) for cache in receipt.compiled_caches}
-    assert held == {"bare-pi": ("cold", "nothing compiled"), "pi-openpi": ("cold", "cold")}
+    assert held == {"bare-pi": ("cold", "nothing compiled"), "pi-openpi": ("warm", "warm")}
     assert receipt.status == "completed"
     text = markdown(document(receipt))
     assert (
-        "| harness pi-openpi compiled cache | asked cold; held cold (18 cells recorded) |" in text
+        "| harness pi-openpi compiled cache | asked warm; held warm (18 cells recorded) |" in text
     )
 
 
-def test_caches_held_warm_against_a_cold_lock_fail_the_receipt_closed(lock: Lock) -> None:
-    schedule = build_schedule(lock)
-    receipt = build_receipt(lock, schedule, lines_with_start_up(lock, before=5), "clean", "passed")
+@pytest.mark.parametrize(("asked", "before", "held"), [("cold", 5, "warm"), ("warm", 0, "cold")])
+def test_caches_held_other_than_asked_fail_the_receipt_closed(
+    lock: Lock, asked: str, before: int, held: str
+) -> None:
+    openpi = lock.harnesses[1].model_copy(update={"compiled_cache": asked})
+    asking = lock.model_copy(update={"harnesses": (lock.harnesses[0], openpi)})
+    lines = lines_with_start_up(asking, before=before)
+    receipt = build_receipt(asking, build_schedule(asking), lines, "clean", "passed")
     assert receipt.status == "failed_closed"
-    assert "harness pi-openpi: compiled caches asked cold; held warm (18 cells recorded)" in (
-        receipt.reasons
+    assert (
+        f"harness pi-openpi: compiled caches asked {asked}; held {held} (18 cells recorded)"
+        in receipt.reasons
     )
 
 
@@ -246,13 +255,80 @@ def test_the_run_script_reads_the_compiled_cache_around_the_harness(
     )
 
 
-def test_warm_compiled_caches_are_refused_at_provisioning(lock: Lock) -> None:
-    from deploy.guest.plan import plan_guest
+def _plan(lock: Lock, compiled_cache: str, artifacts_dir: str = "/bench/artifacts") -> AgentPlan:
+    return AgentPlan(
+        harness=lock.harnesses[1].model_copy(update={"compiled_cache": compiled_cache}),
+        model=lock.models[0],
+        runtime_version=lock.tools.node,
+        artifacts_dir=artifacts_dir,
+        proxy_base_url="http://10.0.2.100:8080",
+    )
 
-    warm = lock.harnesses[1].model_copy(update={"compiled_cache": "warm"})
-    asking = lock.model_copy(update={"harnesses": (lock.harnesses[0], warm)})
-    with pytest.raises(RunnerError, match="pi-openpi: compiled_cache = 'warm' is not provisioned"):
-        plan_guest(asking, SEED_ARM64, "nolab")
+
+def _before_count(script: str) -> list[str]:
+    """The run script's lines from its sessions dir to its count of the cache before the harness."""
+    lines = script.splitlines()
+    first = next(n for n, line in enumerate(lines) if line.startswith("mkdir -p /logs/agent/"))
+    last = next(n for n, line in enumerate(lines) if line.startswith("cache_before="))
+    return lines[first + 1 : last + 1]
+
+
+def test_a_warm_harness_starts_from_the_frozen_cache_and_a_cold_one_from_none(
+    lock: Lock, tmp_path: Path
+) -> None:
+    """Run as the script has them: a warm harness's compiled files (in the read-only artifacts)
+    copied where its jiti looks, so the reading says warm; a cold harness's script copies none."""
+    artifacts = tmp_path / "artifacts"
+    frozen = artifacts / "compiled" / "pi-openpi" / "jiti"
+    frozen.mkdir(parents=True)
+    for name in ("a.cjs", "b.mjs", ".hidden.cjs"):
+        (frozen / name).write_text(name)
+    counted = {}
+    for cache in ("warm", "cold"):
+        lines = _before_count(run_script(_plan(lock, cache, str(artifacts)), "go"))
+        tmp = tmp_path / f"tmp-{cache}"
+        tmp.mkdir()
+        done = subprocess.run(
+            ["bash", "-c", "\n".join([SCRIPT_OPTIONS, *lines, 'echo "$cache_before"'])],
+            env={"TMPDIR": str(tmp), "PATH": "/usr/bin:/bin"},
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        counted[cache] = (int(done.stdout), len(lines))
+    assert counted == {"warm": (3, 3), "cold": (0, 1)}
+    assert (tmp_path / "tmp-warm" / "jiti" / ".hidden.cjs").read_text() == ".hidden.cjs"
+
+
+def test_the_warm_script_configures_as_a_cell_then_starts_the_harness_on_help(
+    lock: Lock,
+) -> None:
+    plan = _plan(lock, "warm")
+    script = warm_script(plan)
+    for part in (install_script(plan), configure_script(plan)):
+        body = part.splitlines()[len(plan.exports) + 1 :]
+        assert "\n".join(body) in script
+    assert script.splitlines()[-1] == f"{plan.command} --help > /dev/null"
+    assert "TMPDIR" not in script  # the caller's: where jiti's files go
+
+
+def test_a_warm_lock_plans_one_warm_script_per_warm_harness(lock: Lock) -> None:
+    from deploy.guest.plan import Bundle, TaskImage, warm_caches
+
+    trees = tuple(
+        Bundle(f"harness-{h.id}", f"sha256:{h.id}", f"/opt/bench/harnesses/{h.id}", "x")
+        for h in lock.harnesses
+    )
+    images = tuple(TaskImage(t, f"bench-task-{t}", "/c", "sha256:x", 60.0) for t in "ab")
+    cold = lock.harnesses[1].model_copy(update={"compiled_cache": "cold"})
+    assert (
+        warm_caches(lock.model_copy(update={"harnesses": (lock.harnesses[0], cold)}), trees, images)
+        == ()
+    )
+    (cache,) = warm_caches(lock, trees, images)  # the committed lock: Pi + OpenPI warm
+    assert (cache.harness, cache.image) == ("pi-openpi", "bench-task-a")
+    assert cache.script == warm_script(_plan(lock, "warm"))
+    assert cache.dest == "/opt/bench/compiled/pi-openpi"
+    other_tree = (trees[0], Bundle("harness-pi-openpi", "sha256:new", "/t", "x"))
+    assert warm_caches(lock, other_tree, images)[0].digest != cache.digest
 
 
 def test_report_html_and_receipt_of_a_run_carry_both(tmp_path: Path) -> None:
@@ -264,7 +340,7 @@ def test_report_html_and_receipt_of_a_run_carry_both(tmp_path: Path) -> None:
 
     paths, _ = new_run_dir(SEED_ARM64, tmp_path / "run")
     ledger = Ledger(paths)
-    for line in lines_with_start_up(load_lock(SEED_ARM64)):
+    for line in lines_with_start_up(load_lock(SEED_ARM64), before=5):  # Pi + OpenPI warm
         ledger.append(line)
     passed_verify(paths)
     scan_run(paths, {"provider_key": ["k" * 24]})
@@ -273,7 +349,31 @@ def test_report_html_and_receipt_of_a_run_carry_both(tmp_path: Path) -> None:
     html = paths.report_html.read_text()
     assert "Start-up apart from work per harness" in html
     assert "61.0 [60.0-62.0] (60.0-62.0)" in html
-    assert "asked cold; held cold (18 cells recorded)" in html
+    assert "asked warm; held warm (18 cells recorded)" in html
     assert "seeded stand-in (model steady)" in html and "seeded stand-in (model wander)" in html
     saved = paths.receipt.read_text()
     assert '"compiled_caches"' in saved and '"nothing compiled"' in saved
+
+
+def test_warm_caches_make_another_environment_of_the_same_resolution(lock: Lock) -> None:
+    """Asking for warm compiled caches re-resolves nothing (no artifact changes, so no floating
+    pin moves), yet a guest frozen with them is another guest: its environment fingerprint is
+    not the cold one's, and a lock that asks for none keeps its resolution's."""
+    from runner.spec.resolution import load_resolution, load_resolved_lock, resolution_path
+
+    cold = lock.harnesses[1].model_copy(update={"compiled_cache": "cold"})
+    cold_lock = lock.model_copy(update={"harnesses": (lock.harnesses[0], cold)})
+    assert cold_lock.environment_inputs == lock.environment_inputs
+    resolved = "sha256:" + "5" * 64
+    cold_fingerprint = cold_lock.with_environment(resolved).environment_fingerprint
+    assert cold_fingerprint == resolved
+    assert lock.with_environment(resolved).environment_fingerprint not in (resolved, "")
+    # The committed lock asks for warm caches and loads with its committed resolution.
+    loaded = load_resolved_lock(SEED_ARM64)
+    assert loaded.harnesses[1].compiled_cache == "warm"
+    recorded = load_resolution(resolution_path(SEED_ARM64, lock), lock)
+    assert (
+        loaded.environment_fingerprint
+        == lock.with_environment(recorded.environment_fingerprint).environment_fingerprint
+    )
+    assert loaded.environment_fingerprint != recorded.environment_fingerprint

@@ -260,3 +260,32 @@ def task_images_built(images: tuple[TaskImageBuild, ...]) -> Commands:
         f"{_q(GUEST.harbor_venv / 'bin' / 'python')} -m runner.guest.build_report "
         f"{_q(GUEST.build_logs)} {builds}"
     )
+
+
+# Warming loads every extension once under emulation: minutes, never an hour.
+WARM_TIMEOUT_SECONDS = 900
+
+
+@operation()
+def compiled_cache_warmed(
+    harness: str, image: str, script: str, dest: str, digest: str
+) -> Commands:
+    """
+    A harness's compiled caches in ``dest/jiti``, made by its warm script run once, as root, in a
+    task container that sees the frozen artifacts where a cell's does, with no network at all.
+
+    + harness: the harness's id (its unit is compiled-<id>)
+    + image: the task image to run in
+    + script: runner.guest.agent_plan.warm_script for the harness
+    + dest: the harness's compiled-cache dir in the guest
+    + digest: of the harness tree and the script; a different one warms it again
+    """
+    binds = " ".join(
+        "-v " + _q(f"{mount['source']}:{mount['target']}:ro") for mount in GUEST.container_mounts
+    )
+    warm = (
+        f"mkdir -p $NEW/jiti && timeout --kill-after=30 {WARM_TIMEOUT_SECONDS} "
+        f"podman run --rm --network none --entrypoint /bin/bash {binds} -v $NEW:/warm "
+        f"-e TMPDIR=/warm -w / {_q(image)} -c {_q(script)}"
+    )
+    yield from _unit(f"compiled-{harness}", digest, f"{dest}/jiti", _replace_dir(dest, warm))

@@ -25,7 +25,8 @@ from runner.core.canonical import canonical_json, sha256_digest
 from runner.core.errors import RunnerError
 from runner.core.oci import read_oci_archive
 from runner.core.roots import REPO_ROOT
-from runner.lab.layout import GUEST, GUEST_MIRROR_URL
+from runner.guest.agent_plan import AgentPlan, warm_script
+from runner.lab.layout import GUEST, GUEST_MIRROR_URL, GUEST_PROXY_URL
 from runner.lab.task_trees import derive_tasks
 from runner.spec.lock import Lock
 from runner.spec.resolution import (
@@ -118,6 +119,20 @@ class TaskImage:
 
 
 @dataclass(frozen=True)
+class WarmCache:
+    """A harness's compiled caches, warmed once in the guest (runner.guest.agent_plan)."""
+
+    harness: str
+    image: str  # the task image the warm script runs in
+    script: str
+    digest: str  # of the harness tree and the script; a different one warms it again
+
+    @property
+    def dest(self) -> str:
+        return str(GUEST.container_artifacts.compiled_cache(self.harness))
+
+
+@dataclass(frozen=True)
 class RegistryBaseImage:
     """A registry base image the guest loads offline from its OCI archive in the store."""
 
@@ -145,6 +160,7 @@ class GuestPlan:
     image_inputs: str
     rootfs_tar: str  # the guest's own userland for the local base images
     task_images: tuple[TaskImage, ...]
+    warm_caches: tuple[WarmCache, ...]  # harnesses whose lock says compiled_cache = "warm"
     mirror: guest.Mirror  # the lab's package mirror, for the task images' builds
     debian_mirror: str  # the lock's Debian mirror: its host name is the lab's mirror in containers
 
@@ -160,20 +176,44 @@ def _one(resolution: Resolution, kind: str) -> PinnedArtifact:
     return found[0]
 
 
-def refuse_warm_compiled_caches(lock: Lock) -> None:
-    """A harness whose lock asks for warm compiled caches cannot be provisioned yet: the guest
-    would be frozen cold while the lock says warm (the receipt would then fail closed)."""
-    warm = [harness.id for harness in lock.harnesses if harness.compiled_cache == "warm"]
-    if warm:
-        raise RunnerError(
-            f"harness {', '.join(warm)}: compiled_cache = 'warm' is not provisioned yet (this "
-            "deploy does not warm jiti's cache); give 'cold', the default"
+def warm_caches(
+    lock: Lock, trees: tuple[Bundle, ...], task_images: tuple[TaskImage, ...]
+) -> tuple[WarmCache, ...]:
+    """What warms each harness whose lock asks for warm compiled caches: its warm script, run in
+    the first task image (any image that runs a cell will do: jiti's output is JavaScript)."""
+    warm = [harness for harness in lock.harnesses if harness.compiled_cache == "warm"]
+    if not warm:
+        return ()
+    tree_digests = {tree.unit: tree.digest for tree in trees}
+    caches = []
+    for harness in warm:
+        script = warm_script(
+            AgentPlan(
+                harness=harness,
+                model=lock.models[0],
+                runtime_version=lock.tools.runtime_version(harness.runtime),
+                artifacts_dir=str(GUEST.image_artifacts.root),
+                proxy_base_url=GUEST_PROXY_URL,
+            )
         )
+        inputs = {"tree": tree_digests[_tree_unit(harness.id)], "script": script}
+        caches.append(
+            WarmCache(
+                harness=harness.id,
+                image=task_images[0].image,
+                script=script,
+                digest=sha256_digest(canonical_json(inputs)),
+            )
+        )
+    return tuple(caches)
+
+
+def _tree_unit(harness_id: str) -> str:
+    return f"harness-{harness_id}"
 
 
 def plan_guest(lock: Lock, lock_path: Path, lab: str) -> GuestPlan:
     """Check the resolution against the store, build the bundles, and say what goes where."""
-    refuse_warm_compiled_caches(lock)
     paths = CachePaths.default()
     store = ArtifactStore(paths)
     resolution = _stored_resolution(lock, lock_path, store)
@@ -197,6 +237,12 @@ def plan_guest(lock: Lock, lock_path: Path, lab: str) -> GuestPlan:
         *_registry_images(lock, resolution, store),
         *_built_images(lock, resolution, store, verifier),
     )
+    task_images = _task_images(
+        derived_tasks,
+        image_inputs,
+        tuple(image.digest for image in registry_images),
+        tuple(a for a in resolution.artifacts if a.kind in BUILD_KINDS),
+    )
     return GuestPlan(
         debs=tuple(
             guest.DebFile(a.name, a.version, _blob(a))
@@ -216,12 +262,8 @@ def plan_guest(lock: Lock, lock_path: Path, lab: str) -> GuestPlan:
         registry_images=registry_images,
         image_inputs=image_inputs,
         rootfs_tar=_rootfs_tar(lock.guest.arch, verifier.dest if verifier else None),
-        task_images=_task_images(
-            derived_tasks,
-            image_inputs,
-            tuple(image.digest for image in registry_images),
-            tuple(a for a in resolution.artifacts if a.kind in BUILD_KINDS),
-        ),
+        task_images=task_images,
+        warm_caches=warm_caches(lock, trees, task_images),
         mirror=guest.Mirror(lab, str(resolution_path(lock_path, lock))),
         debian_mirror=lock.guest.mirror,
     )
@@ -257,7 +299,7 @@ def _harness_tree_bundles(
     agents = {harness.id: harness.agent for harness in lock.harnesses}
     return tuple(
         Bundle(
-            f"harness-{tree.harness}",
+            _tree_unit(tree.harness),
             harness_tree_bundle(store, paths, resolution, tree),
             str(GUEST.harness_tree(tree.harness)),
             f"node_modules/.bin/{agents[tree.harness]}",

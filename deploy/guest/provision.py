@@ -80,6 +80,25 @@ def guest_provisioning(plan: GuestPlan) -> None:
         _unpacked(f"Verifier files for the base image in {plan.verifier.dest}", plan.verifier)
     files.directory(name="Harbor trial dirs", path=str(GUEST.trials_dir))
     _images_built(plan)
+    _compiled_caches_warmed(plan)
+
+
+def _compiled_caches_warmed(plan: GuestPlan) -> None:
+    """The compiled-cache dir every task container binds (empty unless a harness is warm), and
+    each warm harness's cache made in it, after the task images it runs in are built."""
+    files.directory(
+        name="Compiled caches of warm harnesses",
+        path=str(GUEST.container_artifacts.compiled_caches),
+    )
+    for cache in plan.warm_caches:
+        guest.compiled_cache_warmed(
+            name=f"Compiled caches of {cache.harness} warmed in {cache.dest}",
+            harness=cache.harness,
+            image=cache.image,
+            script=cache.script,
+            dest=cache.dest,
+            digest=cache.digest,
+        )
 
 
 def _artifact_store_mounted() -> None:

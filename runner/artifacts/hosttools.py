@@ -141,11 +141,10 @@ def main() -> None:
     args = parser.parse_args()
     try:
         lock = load_lock(args.lock)
-        versions = {"node": lock.tools.node, "bun": lock.tools.bun}
         for harness in lock.harnesses:
             if args.harness and harness.id not in args.harness:
                 continue
-            installed = host_harness(harness, versions[harness.runtime])
+            installed = host_harness(harness, lock.tools.runtime_version(harness.runtime))
             print(f"{harness.id}: {installed.command} on {installed.runtime}")
     except RunnerError as error:
         print(f"error: {error}", file=sys.stderr)

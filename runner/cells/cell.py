@@ -241,7 +241,7 @@ class CellRunner:
         guest's record of refused egress is emptied first: what it holds after is the cell's."""
         harness = next(h for h in self.lock.harnesses if h.id == cell.harness)
         model = self.model(cell)
-        runtime = {"node": self.lock.tools.node, "bun": self.lock.tools.bun}[harness.runtime]
+        runtime = self.lock.tools.runtime_version(harness.runtime)
         environment = {
             "DOCKER_HOST": DOCKER_HOST,
             "BENCH_PROXY_BEARER": bearer,

@@ -8,6 +8,8 @@ read-only (``BENCH_ARTIFACTS_DIR``, default ``/bench/artifacts``), unpacked; not
             bin/node|bun                    @oven/bun-linux-aarch64), unpacked by the guest
         harnesses/<harness id>/             the harness's npm tree installed from its frozen
             node_modules/.bin/pi|omp        package-lock.json (package + extensions)
+        compiled/<harness id>/jiti/         its extensions compiled once at provisioning, for a
+                                            harness whose lock says ``compiled_cache = "warm"``
 
 The scripts run the harness from there in place (unpacking Node in every trial took minutes
 under TCG), write the models file pointing at the proxy into a config dir of the container's
@@ -69,6 +71,14 @@ class ArtifactPaths:
     def harness_tree(self, harness_id: str) -> PurePosixPath:
         return self.harnesses / harness_id
 
+    @property
+    def compiled_caches(self) -> PurePosixPath:
+        return self.root / "compiled"
+
+    def compiled_cache(self, harness_id: str) -> PurePosixPath:
+        """A harness's compiled files, warmed at provisioning (``compiled_cache = "warm"``)."""
+        return self.compiled_caches / harness_id
+
 
 _OPT_BENCH = PurePosixPath("/opt/bench")
 
@@ -128,6 +138,8 @@ class AgentCgroup(FrozenModel):
 # Where jiti (Pi's loader of TypeScript extensions, OpenPI's) keeps its compiled files in the
 # container: the harness tree is read-only, so jiti falls back to the temporary directory.
 COMPILED_CACHE_DIR = '"${TMPDIR:-/tmp}/jiti"'
+# jiti 2 names a compiled file by its source's absolute path and checks the source's hash inside
+# it, so a cache warmed where the container sees the same tree at the same path is a cell's own.
 
 
 class CompiledCacheReading(FrozenModel):
@@ -187,8 +199,11 @@ class AgentPlan(FrozenModel):
 
 def install_script(plan: AgentPlan) -> str:
     """As root: the harness's config dir, its own to write whichever user it runs as."""
-    return _script(
-        plan,
+    return _script(plan, *_install_lines(plan))
+
+
+def _install_lines(plan: AgentPlan) -> tuple[str, ...]:
+    return (
         f"test -x {_q(plan.command)}",
         f"mkdir -p {CONTAINER.agent_dir}",
         f"chmod 0777 {CONTAINER.agent_dir}",
@@ -198,6 +213,10 @@ def install_script(plan: AgentPlan) -> str:
 def configure_script(plan: AgentPlan) -> str:
     """As the agent user: the packages' settings, the models file (no secret in either), and the
     extensions registered."""
+    return _script(plan, *_configure_lines(plan))
+
+
+def _configure_lines(plan: AgentPlan) -> tuple[str, ...]:
     models = json.dumps(models_config(plan.harness.agent, plan.model, plan.proxy_base_url))
     models_file = CONTAINER.agent_dir / models_file_name(plan.harness.agent)
     settings = [
@@ -210,7 +229,7 @@ def configure_script(plan: AgentPlan) -> str:
         registered.append(
             f"printf '%s' {_q(registered_extensions(plan))} > {CONTAINER.agent_dir}/settings.json"
         )
-    return _script(plan, *settings, f"printf '%s\\n' {_q(models)} > {_q(models_file)}", *registered)
+    return (*settings, f"printf '%s\\n' {_q(models)} > {_q(models_file)}", *registered)
 
 
 def registered_extensions(plan: AgentPlan) -> str:
@@ -237,9 +256,32 @@ def run_script(plan: AgentPlan, instruction: str) -> str:
     return _script(
         plan,
         f"mkdir -p {CONTAINER.sessions}",
+        *_warm_cache_copied(plan),
         _count_compiled("cache_before"),
         *then_record_cgroup(harness, CONTAINER.agent_cgroup, after=_compiled_cache_reading()),
     )
+
+
+def warm_script(plan: AgentPlan) -> str:
+    """As root, at provisioning, in a container that sees the artifacts as a cell's does: the
+    harness installed and configured as in a cell, then started with ``--help``, which loads
+    (and so compiles) every extension and exits before any model request. jiti writes the
+    compiled files under ``$TMPDIR/jiti``: the caller points TMPDIR at the warm cache's dir."""
+    return _script(
+        plan,
+        *_install_lines(plan),
+        *_configure_lines(plan),
+        f"{_q(plan.command)} --help > /dev/null",
+    )
+
+
+def _warm_cache_copied(plan: AgentPlan) -> tuple[str, ...]:
+    """A warm harness's compiled files copied where its jiti looks (the artifacts are read-only,
+    and jiti writes there), before the cache is counted; nothing for a cold one."""
+    if plan.harness.compiled_cache != "warm":
+        return ()
+    warm = plan.artifacts.compiled_cache(plan.harness.id) / "jiti"
+    return (f"mkdir -p {COMPILED_CACHE_DIR}", f"cp -R {_q(warm)}/. {COMPILED_CACHE_DIR}/")
 
 
 def _count_compiled(variable: str) -> str:

@@ -10,6 +10,7 @@
     runtimes/<runtime>-<version>/    the frozen artifacts a task container runs the harness
     harnesses/<harness id>/          from (runner.guest.agent_plan.ArtifactPaths), bound
         node_modules/.bin/pi|omp     read-only into it at /bench/artifacts
+    compiled/<harness id>/jiti/      a warm harness's compiled extensions (empty when none is)
 /srv/tasks/<task id>/                Harbor task dirs (task.toml, environment/, tests/, ...)
 /srv/trials/<cell>/                  Harbor's ``--trials-dir`` for one cell
 /var/lib/bench/units/<unit>          what each provisioning unit installed (a digest)
@@ -111,6 +112,7 @@ class GuestLayout:
             for source, target in (
                 (guest.runtimes, container.runtimes),
                 (guest.harnesses, container.harnesses),
+                (guest.compiled_caches, container.compiled_caches),
             )
         )
 

@@ -154,6 +154,10 @@ class Tools(FrozenModel):
 
     LATE_FIELDS = frozenset({"python_index"})
 
+    def runtime_version(self, runtime: Literal["node", "bun"]) -> str:
+        """The pinned version of a harness's runtime."""
+        return self.node if runtime == "node" else self.bun
+
 
 # A harness's compiled caches (OpenPI's jiti cache of its TypeScript extensions):
 #   cold  every cell compiles them afresh (each cell's container starts from the frozen image,
@@ -174,7 +178,8 @@ class Harness(FrozenModel):
     runtime: Literal["node", "bun"]
     package: PinnedPackage
     extensions: tuple[PinnedPackage, ...] = ()
-    # Part of the environment inputs: a guest frozen with warm caches is another guest.
+    # Part of the environment fingerprint (Lock.with_environment), not of what a resolution is
+    # made for: a guest frozen with warm caches is another guest of the same artifacts.
     compiled_cache: CompiledCache = DEFAULT_COMPILED_CACHE
 
 
@@ -485,9 +490,14 @@ class Lock(FrozenModel):
     @property
     def environment_inputs(self) -> str:
         """The part of the lock the provisioned guest is made of (guest, tools, harnesses,
-        tasks), whatever its models, repeats, deadline or seed: what a resolution is made for."""
+        tasks), whatever its models, repeats, deadline or seed: what a resolution is made for.
+        A harness's compiled caches are not in it: they change no artifact (provisioning makes
+        them from the resolved ones), so asking for warm ones re-resolves nothing; they enter
+        the environment fingerprint instead (``with_environment``)."""
         environment = self.model_dump(
-            mode="json", include={"schema_version", "guest", "tools", "harnesses", "tasks"}
+            mode="json",
+            include={"schema_version", "guest", "tools", "harnesses", "tasks"},
+            exclude={"harnesses": {"__all__": {"compiled_cache"}}},
         )
         return sha256_digest(canonical_json(environment))
 
@@ -502,10 +512,17 @@ class Lock(FrozenModel):
             )
         return self._environment
 
-    def with_environment(self, fingerprint: str) -> Lock:
-        """This lock, knowing its resolution's environment fingerprint."""
+    def with_environment(self, resolved: str) -> Lock:
+        """This lock, knowing its environment fingerprint: its resolution's, with the harnesses
+        whose compiled caches it has provisioning warm when there are any (a guest frozen with
+        warm caches is another guest; a lock without them keeps its resolution's fingerprint)."""
+        warm = sorted(h.id for h in self.harnesses if h.compiled_cache != DEFAULT_COMPILED_CACHE)
         copy = self.model_copy()
-        copy._environment = fingerprint
+        copy._environment = (
+            sha256_digest(canonical_json({"resolution": resolved, "warm_compiled_caches": warm}))
+            if warm
+            else resolved
+        )
         return copy
 
     def retries(self, failure_class: FailureClass | None, attempts_so_far: int) -> bool:

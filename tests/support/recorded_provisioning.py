@@ -9,14 +9,14 @@ import pytest
 
 from deploy.guest import operations as guest_ops
 from deploy.guest import plan, provision
-from deploy.guest.plan import Bundle, GuestPlan, RegistryBaseImage, TaskImage
+from deploy.guest.plan import Bundle, GuestPlan, RegistryBaseImage, TaskImage, WarmCache
 
 Calls = list[tuple[str, dict[str, Any]]]
 
 
 def example_plan() -> GuestPlan:
-    """A guest plan of two tasks, two harnesses, two local base images and a registry one; every
-    digest distinct."""
+    """A guest plan of two tasks, two harnesses (one warm), two local base images and a registry
+    one; every digest distinct."""
     tasks = tuple(
         Bundle(f"task-{t}", f"sha256:t{t}", f"/opt/bench/tasks/{t}", "task.toml", 1) for t in "ab"
     )
@@ -62,6 +62,7 @@ def example_plan() -> GuestPlan:
             )
             for task in tasks
         ),
+        warm_caches=(WarmCache("pi", "bench-task-task-a", "pi --help", "sha256:wpi"),),
         mirror=guest_ops.Mirror("vmtest", "/repo/locks/demo.resolved.json"),
         debian_mirror="http://deb.debian.org/debian",
     )
