@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's first command: set up the host, resolve the lock's artifacts into the host cache,
-# build or reuse the image, deploy the lab VM and provision its guest offline, freeze it, and
-# run the lock's schedule end to end. LOCK (default locks/demo.toml), LAB (default "default")
+# build or reuse the image, deploy the lab VM and provision its guest offline, freeze it, run
+# the lock's schedule end to end, then archive the run and check the archive as a reviewer would
+# (against the operator's public key in the cache, the one that signed it). LOCK (default locks/demo.toml), LAB (default "default")
 # and RUN_DIR (default runs/<lock>-<UTC time>) choose what and where.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,4 +25,8 @@ step "freeze lab $LAB"
 runner freeze --lab "$LAB" --lock "$LOCK"
 step "execute $LOCK in $run_dir"
 runner execute "$LOCK" --run-dir "$run_dir" --lab "$LAB"
-printf '\nreport: %s/report.md  receipt: %s/receipt.json\n' "$run_dir" "$run_dir"
+step "archive $run_dir and check it against the operator's key"
+runner archive "$run_dir"
+runner check-archive "$run_dir.tar.gz" --key "${FROZEN_BENCH_CACHE:-.cache}/operator-key/id_ed25519.pub"
+printf '\nreport: %s/report.md  receipt: %s/receipt.json  archive: %s.tar.gz\n' \
+  "$run_dir" "$run_dir" "$run_dir"
