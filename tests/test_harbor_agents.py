@@ -1,7 +1,7 @@
 """Harbor agents for the harnesses: the scripts they run, Harbor loading them, and a whole cell.
 
-The last test plays a cell without Podman or Harbor's loop: the agent's own install, configure
-and run scripts in the stand-in container (tests/support/standin_container; real Pi on Node and
+The last test plays a cell without Podman or Harbor's loop: the agent's own install and run
+scripts in the stand-in container (tests/support/standin_container; real Pi on Node and
 OMP on Bun, from the host tool cache laid out as the guest's frozen artifacts), the harness
 talking to the proxy and the offline scripted provider playing the task's reference solution,
 then the verifier.
@@ -26,7 +26,6 @@ from runner.guest.agent_plan import (
     CONTAINER,
     AgentPlan,
     bearer_environment,
-    configure_script,
     install_script,
     run_script,
 )
@@ -123,7 +122,8 @@ def test_scripts_follow_the_lock(
     assert f"test -x {harness_bin}/{command}" in install
     assert "tar " not in install and "cp " not in install  # run in place, nothing unpacked
 
-    configure = configure_script(plan)
+    run = run_script(plan, "Fix it.")
+    configure = run[: run.index("mkdir -p /logs/agent/sessions")]  # before the harness starts
     assert f"> /opt/bench/agent/{models_file}" in configure
     words = shlex.split(configure)  # a word written to a file: the one before ">" and the file
     written = {words[i + 1]: words[i - 1] for i, word in enumerate(words) if word == ">"}
@@ -141,7 +141,6 @@ def test_scripts_follow_the_lock(
     assert provider["apiKey"] == {"pi": f"${BEARER_ENV}", "omp": BEARER_ENV}[plan.harness.agent]
     assert provider["models"][0]["id"] == plan.model.model
 
-    run = run_script(plan, "Fix it.")
     assert (
         f"{harness_bin}/{command} --session-dir /logs/agent/sessions "
         f"--mode json -p --provider {plan.model.provider} --model {plan.model.model} " in run
@@ -151,7 +150,7 @@ def test_scripts_follow_the_lock(
         "|| harness_status=$?\n" in run
     )
     assert "> /logs/agent/agent-cgroup.json" in run and run.endswith('exit "$harness_status"')
-    for script in (install, configure, run):
+    for script in (install, run):
         assert f'export PATH="/bench/artifacts/{runtime_dir}/bin:{harness_bin}:$PATH"' in script
         assert "export PI_CODING_AGENT_DIR=/opt/bench/agent" in script
 
@@ -168,7 +167,7 @@ def test_the_bearer_is_only_in_the_run_environment() -> None:
     plan = plan_for(SEED, "openpi", "glm")
     bearer = "bench-bearer-" + os.urandom(8).hex()
     assert bearer_environment(bearer) == {BEARER_ENV: bearer}
-    scripts = install_script(plan) + configure_script(plan) + run_script(plan, "go")
+    scripts = install_script(plan) + run_script(plan, "go")
     assert bearer not in scripts and "BEARER=" not in scripts
 
 
@@ -310,7 +309,6 @@ def test_a_cell_through_the_agent_scripts_earns_the_reward(
         )
         for script, environment in (
             (install_script(plan), None),
-            (configure_script(plan), None),
             (run_script(plan, (task / "instruction.md").read_text()), bearer_environment(bearer)),
         ):
             done = container.run(script, environment, timeout=300)

@@ -17,7 +17,6 @@ from runner.guest.agent_plan import (
     SCRIPT_OPTIONS,
     AgentPlan,
     CompiledCacheReading,
-    configure_script,
     install_script,
     run_script,
     then_record_cgroup,
@@ -303,9 +302,10 @@ def test_the_warm_script_configures_as_a_cell_then_starts_the_harness_on_help(
 ) -> None:
     plan = _plan(lock, "warm")
     script = warm_script(plan)
-    for part in (install_script(plan), configure_script(plan)):
-        body = part.splitlines()[len(plan.exports) + 1 :]
-        assert "\n".join(body) in script
+    run = run_script(plan, "go")
+    configure = run[: run.index("mkdir -p /logs/agent/sessions")].splitlines()
+    for part in (install_script(plan).splitlines(), configure):
+        assert "\n".join(part[len(plan.exports) + 1 :]) in script
     assert script.splitlines()[-1] == f"{plan.command} --help > /dev/null"
     assert "TMPDIR" not in script  # the caller's: where jiti's files go
 

@@ -210,13 +210,10 @@ def _install_lines(plan: AgentPlan) -> tuple[str, ...]:
     )
 
 
-def configure_script(plan: AgentPlan) -> str:
-    """As the agent user: the packages' settings, the models file (no secret in either), and the
-    extensions registered."""
-    return _script(plan, *_configure_lines(plan))
-
-
 def _configure_lines(plan: AgentPlan) -> tuple[str, ...]:
+    """As the agent user, first in the run script (an exec of its own cost ~5 s a cell under
+    TCG): the packages' settings, the models file (no secret in either), and the extensions
+    registered."""
     models = json.dumps(models_config(plan.harness.agent, plan.model, plan.proxy_base_url))
     models_file = CONTAINER.agent_dir / models_file_name(plan.harness.agent)
     settings = [
@@ -247,7 +244,8 @@ def registered_extensions(plan: AgentPlan) -> str:
 
 
 def run_script(plan: AgentPlan, instruction: str) -> str:
-    """As the agent user: the harness on one prompt, its JSON event log kept in /logs/agent."""
+    """As the agent user: the harness configured, then on one prompt, its JSON event log kept in
+    /logs/agent."""
     arguments = ["--session-dir", str(CONTAINER.sessions), *agent_command(plan.model, instruction)]
     harness = (
         f"{_q(plan.command)} {shlex.join(arguments)} < /dev/null "
@@ -255,6 +253,7 @@ def run_script(plan: AgentPlan, instruction: str) -> str:
     )
     return _script(
         plan,
+        *_configure_lines(plan),
         f"mkdir -p {CONTAINER.sessions}",
         *_warm_cache_copied(plan),
         _count_compiled("cache_before"),

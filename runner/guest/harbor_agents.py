@@ -26,7 +26,6 @@ from runner.guest.agent_plan import (
     PROXY_BASE_URL_ENV,
     AgentPlan,
     bearer_environment,
-    configure_script,
     install_script,
     run_script,
 )
@@ -64,9 +63,20 @@ class HarnessAgent(BaseInstalledAgent):
         if self.model_name is not None and self.model_name != self.plan.model.label:
             raise ValueError(f"--model {self.model_name} is not the lock's {self.plan.model.label}")
 
+    async def setup(self, environment: BaseEnvironment) -> None:
+        """One exec: Harbor's own setup adds another before the install (its /installed-agent
+        dir, which these agents never use), ~5 s each under TCG; the configuration is written by
+        the run's exec (agent_plan.run_script)."""
+        (self.logs_dir / "setup").mkdir(parents=True, exist_ok=True)
+        try:
+            await self.install(environment)
+        except RuntimeError:
+            raise
+        except Exception as exc:  # as Harbor's own setup says it
+            raise RuntimeError(f"Agent install failed: {exc}") from exc
+
     async def install(self, environment: BaseEnvironment) -> None:
         await self.exec_as_root(environment, install_script(self.plan))
-        await self.exec_as_agent(environment, configure_script(self.plan))
 
     @with_prompt_template
     async def run(
