@@ -268,6 +268,52 @@ def test_harbor_loads_the_agents_by_import_path(tmp_path: Path, harbor_python: P
     assert "is not a omp harness" in wrong_agent["error"]
 
 
+_SETUP_WITH_HARBOR = """
+import asyncio, json, sys
+from pathlib import Path
+from harbor.agents.factory import AgentFactory
+from harbor.environments.base import ExecResult
+from harbor.models.trial.config import AgentConfig
+
+class RecordingEnvironment:
+    def __init__(self):
+        self.execs = []
+    async def exec(self, command, user=None, env=None, cwd=None, timeout_sec=None):
+        self.execs.append({"command": command, "user": user})
+        return ExecResult(stdout="", stderr="", return_code=0)
+
+agent = AgentFactory.create_agent_from_config(
+    AgentConfig(import_path=sys.argv[3], model_name=sys.argv[4], kwargs=json.loads(sys.argv[1])),
+    logs_dir=Path(sys.argv[2]))
+environment = RecordingEnvironment()
+asyncio.run(agent.setup(environment))
+print(json.dumps(environment.execs))
+"""
+
+
+# registry: the Harbor venv is pip-installed from PyPI (tests/support/harbor_venv.py).
+@pytest.mark.registry
+def test_harbor_sets_an_agent_up_in_one_exec_as_root(tmp_path: Path, harbor_python: Path) -> None:
+    """Harbor 0.20.0's setup of these agents: the install script alone, as root (its own setup
+    would first make /installed-agent in an exec of its own; the configuration is the run's)."""
+    plan = plan_for(SEED, "openpi", "glm")
+    kwargs = {
+        "harness": plan.harness.model_dump(mode="json"),
+        "model": plan.model.model_dump(mode="json"),
+        "runtime_version": plan.runtime_version,
+        "proxy_base_url": PROXY_URL,
+    }
+    done = subprocess.run(
+        [str(harbor_python), "-c", _SETUP_WITH_HARBOR, json.dumps(kwargs), str(tmp_path),
+         "runner.guest.harbor_agents:PiAgent", plan.model.label],
+        capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (only,) = json.loads(done.stdout)
+    assert only == {"command": f"set -o pipefail; {install_script(plan)}", "user": "root"}
+    assert (tmp_path / "setup").is_dir()
+
+
 def _frozen_artifacts(root: Path, harness: Harness, runtime_version: str) -> Path:
     """The host's harness and runtime laid out as the guest's artifact directory."""
     installed = host_harness(harness, runtime_version)
