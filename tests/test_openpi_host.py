@@ -267,7 +267,7 @@ def _run_pi(
         )  # fmt: skip
         assert installed.returncode == 0, installed.stderr
         for file_name, content in OPENPI.settings.items():
-            (agent_dir / file_name).write_text(json.dumps(content))  # as the configure script
+            (agent_dir / file_name).write_text(json.dumps(content))  # as the run script
     paths = RunPaths(tmp_path / "run")
     with CredentialProxy(paths) as proxy:
         from datetime import UTC, datetime, timedelta
@@ -366,7 +366,7 @@ def test_openpi_tools_load_and_run_offline(openpi_tree: Path, tmp_path: Path) ->
 def test_the_written_registration_is_what_pi_install_writes(
     openpi_tree: Path, tmp_path: Path
 ) -> None:
-    """The configure script writes OpenPI's registration (agent_plan.registered_extensions)
+    """The run script writes OpenPI's registration (agent_plan.registered_extensions)
     instead of running `pi install` in every cell: the bytes Pi 0.84.2's own install leaves in a
     fresh agent dir, for the same paths as in a task container (under a common root here)."""
     lock = load_lock(DEMO)

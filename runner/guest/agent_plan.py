@@ -21,7 +21,7 @@ reaches the harness process only as an environment variable.
 When the harness has exited, the run script reads the container's own cgroup (v2: inside the
 container ``/sys/fs/cgroup`` is the container's cgroup) before Harbor runs the verifier or
 removes the container: CPU time and peak memory of everything the container ran so far (the
-install and configure scripts too), kept as ``agent-cgroup.json`` beside the event log. The
+install script too), kept as ``agent-cgroup.json`` beside the event log. The
 script still exits with the harness's exit code.
 """
 
