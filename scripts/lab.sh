@@ -2,8 +2,9 @@
 # The README's first command: set up the host, resolve the lock's artifacts into the host cache,
 # build or reuse the image, deploy the lab VM and provision its guest offline, freeze it, run
 # the lock's schedule end to end, then archive the run and check the archive as a reviewer would
-# (against the operator's public key in the cache, the one that signed it). LOCK (default locks/demo.toml), LAB (default "default")
-# and RUN_DIR (default runs/<lock>-<UTC time>) choose what and where.
+# (against the operator's public key in the cache, the one that signed it). LOCK (default
+# locks/demo.toml), LAB (default "default") and RUN_DIR (default runs/<lock>-<UTC time>) choose
+# what and where.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

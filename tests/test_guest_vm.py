@@ -175,7 +175,7 @@ def test_each_task_image_is_built_and_its_container_runs_the_frozen_harness(
         "python3 -c 'import sqlite3, asyncio; print(42)' && git --version "
         f"&& {node} --version && test -x {pi}"
     )
-    binds = " ".join(f"-v {m['source']}:{m['target']}:ro" for m in GUEST.container_mounts)
+    binds = GUEST.podman_volumes
     out = run(
         guest, f"podman run --rm --network none {binds} {image} bash -c {shlex.quote(check)}", 600
     )

@@ -280,12 +280,10 @@ def compiled_cache_warmed(
     + dest: the harness's compiled-cache dir in the guest
     + digest: of the harness tree and the script; a different one warms it again
     """
-    binds = " ".join(
-        "-v " + _q(f"{mount['source']}:{mount['target']}:ro") for mount in GUEST.container_mounts
-    )
     warm = (
         f"mkdir -p $NEW/jiti && timeout --kill-after=30 {WARM_TIMEOUT_SECONDS} "
-        f"podman run --rm --network none --entrypoint /bin/bash {binds} -v $NEW:/warm "
+        f"podman run --rm --network none --entrypoint /bin/bash {GUEST.podman_volumes} "
+        "-v $NEW:/warm "
         f"-e TMPDIR=/warm -w / {_q(image)} -c {_q(script)}"
     )
     yield from _unit(f"compiled-{harness}", digest, f"{dest}/jiti", _replace_dir(dest, warm))

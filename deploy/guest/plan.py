@@ -182,8 +182,6 @@ def warm_caches(
     """What warms each harness whose lock asks for warm compiled caches: its warm script, run in
     the first task image (any image that runs a cell will do: jiti's output is JavaScript)."""
     warm = [harness for harness in lock.harnesses if harness.compiled_cache == "warm"]
-    if not warm:
-        return ()
     tree_digests = {tree.unit: tree.digest for tree in trees}
     caches = []
     for harness in warm:

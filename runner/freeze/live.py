@@ -13,6 +13,7 @@ runs is left out (its cgroup), and so is what the scope names as volatile.
 from __future__ import annotations
 
 import re
+import secrets
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -477,9 +478,24 @@ def concurrent_command(commands: dict[str, str], nonce: str) -> str:
     return f"{starts}{{ {reads}}} | awk '{failed} {{ print }} END {{ exit bad }}'"
 
 
+def frame_nonce() -> str:
+    """A fresh nonce for one ``concurrent_command``."""
+    return "@@" + secrets.token_hex(8)
+
+
+def frame_begin(nonce: str, name: str) -> str:
+    """The line before a command's output (``concurrent_command`` prints it)."""
+    return f"{nonce} begin {name}\n"
+
+
+def frame_end(nonce: str) -> str:
+    """What follows a command's output (``concurrent_command`` prints it)."""
+    return f"\n{nonce} exit "
+
+
 def framed_sections(output: str, names: tuple[str, ...], nonce: str) -> dict[str, str]:
     """What each command of ``concurrent_command`` printed, without its frame."""
     return {
-        name: output.split(f"{nonce} begin {name}\n", 1)[1].split(f"\n{nonce} exit ", 1)[0]
+        name: output.split(frame_begin(nonce, name), 1)[1].split(frame_end(nonce), 1)[0]
         for name in names
     }

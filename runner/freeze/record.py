@@ -12,7 +12,6 @@ manifest describes exactly what a reset returns to.
 from __future__ import annotations
 
 import json
-import secrets
 import shlex
 import time
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from runner.freeze.live import (
     LIVE_PROBES,
     SPEED_COMMAND,
     concurrent_command,
+    frame_nonce,
     framed_sections,
     parse_lines,
     parse_speed,
@@ -94,7 +94,7 @@ def collect(guest: GuestTransport, scope: FreezeScope) -> tuple[Collected, float
 
 def observe_live(guest: GuestTransport, scope: FreezeScope) -> dict[str, dict[str, str]]:
     """Each live category's map, by the command the audit runs too (runner.freeze.live)."""
-    nonce = "@@" + secrets.token_hex(8)
+    nonce = frame_nonce()
     commands = {probe.category: probe.command(scope) for probe in LIVE_PROBES}
     result = guest.exec(f"set -o pipefail; {concurrent_command(commands, nonce)}", timeout=300)
     if not result.ok:

@@ -21,6 +21,7 @@ runs in the task container, and ``bench`` is the unprivileged agent user in the 
 
 from __future__ import annotations
 
+import shlex
 from pathlib import PurePosixPath
 from typing import ClassVar
 
@@ -114,6 +115,14 @@ class GuestLayout:
                 (guest.harnesses, container.harnesses),
                 (guest.compiled_caches, container.compiled_caches),
             )
+        )
+
+    @property
+    def podman_volumes(self) -> str:
+        """``container_mounts`` as ``podman run`` options, for a container run outside Harbor."""
+        return " ".join(
+            "-v " + shlex.quote(f"{mount['source']}:{mount['target']}:ro")
+            for mount in self.container_mounts
         )
 
     def harness_tree(self, harness_id: str) -> PurePosixPath:

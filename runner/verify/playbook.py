@@ -14,7 +14,6 @@ it (``check_mode: false``, ``changed_when: false``).
 
 from __future__ import annotations
 
-import secrets
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +25,9 @@ from runner.freeze.live import (
     SPEED_COMMAND,
     LiveProbe,
     concurrent_command,
+    frame_begin,
+    frame_end,
+    frame_nonce,
 )
 from runner.freeze.manifest import FreezeManifest
 
@@ -219,15 +221,16 @@ def _observe_at_once(
 ) -> list[dict[str, Any]]:
     """One task observing ``probes`` at once (runner.freeze.live.concurrent_command), then each
     probe's part registered as if a task of its own had printed it."""
-    nonce = "@@" + secrets.token_hex(8)
+    nonce = frame_nonce()
     commands = {probe.category: probe.command(manifest) for probe in probes}
     register = name.replace(" ", "_")
     sections = {}
     for probe in probes:
-        # Real newlines in the Jinja literals, as TAB above: Ansible escapes backslashes.
+        # framed_sections in Jinja; the frame's real newlines in its literals, as TAB above:
+        # Ansible escapes backslashes.
         part = (
-            f"({register}.stdout.split('{nonce} begin {probe.category}\n', 1)[1]"
-            f".split('\n{nonce} exit ', 1)[0])"
+            f"({register}.stdout.split('{frame_begin(nonce, probe.category)}', 1)[1]"
+            f".split('{frame_end(nonce)}', 1)[0])"
         )
         sections[probe.register] = (
             f"{{{{ {{'stdout': {part}, 'stdout_lines': {part}.splitlines()}} }}}}"
