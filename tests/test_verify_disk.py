@@ -4,6 +4,8 @@ every package file against its package's digest, and the report's cap per kind."
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from runner.core.errors import InputError
 from runner.core.files import write_model
 from runner.freeze.inventory import DiskInventory, Observed, PackageFile, inventory_of
 from runner.lab.disk import DiskError
-from runner.verify.audit import _disk_part
+from runner.verify.audit import _disk_beside, _disk_part
 from runner.verify.disk import (
     DRIFTS_FILE,
     MAX_PER_KIND,
@@ -148,8 +150,8 @@ def test_the_report_keeps_the_first_of_each_kind_and_the_evidence_every_drift(
     entries = {**FROZEN, **added}
     for removed in ("/etc/a", "/etc/b"):
         del entries[removed]
-    check = DiskCheck(inventory=frozen(), read=lambda: now(entries))
-    checks, kept, paths = audit_disk(check, tmp_path)
+    check = DiskCheck(inventory=frozen(), read=lambda captured: now(entries))
+    checks, kept, paths = audit_disk(check, tmp_path, lambda: None)
 
     assert paths == len(entries)
     assert checks == ["disk:/etc", "disk:/srv", "disk:/usr", "package:pkg-x", "package:pkg-y"]
@@ -169,17 +171,21 @@ def test_the_report_keeps_the_first_of_each_kind_and_the_evidence_every_drift(
 
 
 def test_a_clean_disk_still_writes_its_empty_evidence(tmp_path: Path) -> None:
-    checks, kept, _ = audit_disk(DiskCheck(frozen(), lambda: now(dict(FROZEN))), tmp_path)
+    checks, kept, _ = audit_disk(
+        DiskCheck(frozen(), lambda captured: now(dict(FROZEN))), tmp_path, lambda: None
+    )
     assert kept == [] and "package:pkg-y" in checks
     assert json.loads((tmp_path / DRIFTS_FILE).read_text()) == {"drifts": []}
 
 
 def test_a_disk_that_could_not_be_read_is_a_drift_not_a_crash(tmp_path: Path) -> None:
-    def unreadable() -> Observed:
+    def unreadable(captured: Callable[[], None]) -> Observed:
         raise DiskError("qemu-storage-daemon: no such layer")
 
-    checks, drifts, paths, seconds = _disk_part(DiskCheck(frozen(), unreadable), tmp_path)
+    failed = threading.Event()
+    checks, drifts, paths, seconds = _disk_part(DiskCheck(frozen(), unreadable), tmp_path, failed)
     assert (checks, paths) == (["disk:read"], 0) and seconds >= 0
+    assert failed.is_set()  # the audit's guest side is not left waiting for a moment never taken
     assert drifts == [
         Drift(
             check="disk:read",
@@ -187,6 +193,34 @@ def test_a_disk_that_could_not_be_read_is_a_drift_not_a_crash(tmp_path: Path) ->
             found="qemu-storage-daemon: no such layer",
         )
     ]
+
+
+def test_the_guest_side_starts_once_the_disks_moment_is_taken_and_runs_beside_its_read(
+    tmp_path: Path,
+) -> None:
+    """The audit's guest side waits for the disk's copy (the guest is frozen until then), then
+    runs while the host still reads that copy: here the read cannot end until it has."""
+    guest_side = threading.Event()
+    order: list[str] = []
+
+    def read(captured: Callable[[], None]) -> Observed:
+        order.append("moment taken")
+        captured()
+        assert guest_side.wait(30), "the guest side did not start beside the disk's read"
+        order.append("read")
+        return now(dict(FROZEN))
+
+    with _disk_beside(DiskCheck(frozen(), read), tmp_path) as disk_part:
+        order.append("guest side")
+        guest_side.set()
+        checks, drifts, paths, _ = disk_part()
+    assert order == ["moment taken", "guest side", "read"]
+    assert drifts == [] and paths == len(FROZEN) and "package:pkg-x" in checks
+
+
+def test_without_a_disk_the_guest_side_alone_runs(tmp_path: Path) -> None:
+    with _disk_beside(None, tmp_path) as disk_part:
+        assert disk_part() == ([], [], 0, None)
 
 
 def test_the_inventory_must_be_the_manifests_own(tmp_path: Path) -> None:

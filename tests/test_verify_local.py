@@ -167,7 +167,9 @@ def test_audit_passes_on_the_frozen_state_and_names_each_drift(
         )
         assert manifest.state.nft_tables == {"inet bench_local_never_loaded": "absent"}
         assert manifest.state.live["process"][str(frozen_sleep)] == f"sha256:{sleep_sha}"
-        disk = DiskCheck(inventory=inventory, read=lambda: take_inventory(guest_disk, EXCLUDES))
+        disk = DiskCheck(
+            inventory=inventory, read=lambda captured: take_inventory(guest_disk, EXCLUDES)
+        )
         host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
 
         handlers = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))

@@ -8,10 +8,11 @@ at TCG speed); the host reads the same bytes from the qcow2 chain::
     <scratch>/root/        its ext4 mounted read-only (noload, nodev, nosuid, noexec)
 
 Every layer is opened read-only without taking QEMU's image locks (``force-share``): the live
-layer is read while QEMU holds it, so the guest must be quiescent: ``quiesced_root`` has it sync
-and freeze its root filesystem (``fsfreeze``: the journal is flushed and marked clean, QEMU has
-flushed the qcow2 metadata) for as long as the host reads. A filesystem that still needs its
-journal replayed is refused (``noload`` would show it without its last transactions).
+layer is written by QEMU while the guest runs, so ``quiesced_copy`` has the guest sync and freeze
+its root filesystem (``fsfreeze``: the journal is flushed and marked clean, QEMU has flushed the
+qcow2 metadata) just while the host copies that layer, and the copy is read. A filesystem that
+still needs its journal replayed is refused (``noload`` would show it without its last
+transactions).
 
 FUSE carries the filesystem's metadata; file contents are read past it: ``DiskMap`` knows from
 ``qemu-img map`` where each block of the guest's disk lies in which qcow2 file, and the
@@ -327,13 +328,28 @@ def mounted_disk(layer: Path) -> Iterator[MountedDisk]:
 
 
 @contextmanager
-def quiesced_disk(guest: GuestTransport, layer: Path) -> Iterator[MountedDisk]:
-    """The running guest's root filesystem, read on the host from its live ``layer``: the guest
-    syncs and freezes its root (writes wait) while the host reads, and thaws it when the
-    context ends, or on its own after a bounded wait if the host never comes back."""
+def quiesced_copy(guest: GuestTransport, layer: Path) -> Iterator[Path]:
+    """A copy of the running guest's live ``layer`` as it was with the guest's root filesystem
+    synced and frozen, made on the host; the guest thaws as soon as the copy is whole (or on its
+    own after a bounded wait if the host never comes back), so the host reads the copy while the
+    guest runs on. The layer holds only what the guest wrote since its freeze or reset (tens to
+    hundreds of MB), so the guest stays frozen for about a second where a read through it took
+    tens of seconds. Its backing chain is the live layer's own (absolute paths, never written).
+    The copy lives in the temporary directory (``TMPDIR``) until the context ends."""
     hold = (
         f"sync && fsfreeze --freeze / && echo {_FROZEN.decode()} || exit 1; "
         f"read -r -t {_FROZEN_SECONDS_AT_MOST} _; fsfreeze --unfreeze /"
     )
-    with guest.holding(hold, _FROZEN, wait_seconds=120), mounted_disk(layer) as disk:
+    with tempfile.TemporaryDirectory(prefix="lab-layer-") as scratch:
+        copy = Path(scratch) / layer.name
+        with guest.holding(hold, _FROZEN, wait_seconds=120):
+            shutil.copyfile(layer, copy)
+        yield copy
+
+
+@contextmanager
+def quiesced_disk(guest: GuestTransport, layer: Path) -> Iterator[MountedDisk]:
+    """The running guest's root filesystem as it was at one moment, read on the host from a copy
+    of its live ``layer`` (``quiesced_copy``) while the guest runs on."""
+    with quiesced_copy(guest, layer) as copy, mounted_disk(copy) as disk:
         yield disk

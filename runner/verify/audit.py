@@ -1,5 +1,7 @@
-"""The frozen-state audit: the guest's disk read on the host (runner.verify.disk), then its live
-state by the generated playbook run by ansible-runner, judged from its events.
+"""The frozen-state audit: the guest's disk read on the host (runner.verify.disk) and, beside
+that read, its live state by the generated playbook run by ansible-runner, judged from its
+events. The disk is read from a copy of the guest's live layer taken at one moment, so the
+playbook starts as soon as that copy is taken (the guest runs on) and the two halves overlap.
 
 The live state is read by Ansible's own SSH client, not by the Paramiko transport that built and
 froze the guest: the tool that checks is independent of the tool that built. Each audit is one
@@ -21,8 +23,10 @@ import json
 import os
 import shlex
 import sys
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -86,15 +90,38 @@ def _not_cancelled() -> bool:
     return False
 
 
-def _disk_part(disk: DiskCheck, private: Path) -> tuple[list[str], list[Drift], int, float]:
-    """The disk's checks and drifts; a disk that could not be read is a drift, not a crash."""
+DiskPart = tuple[list[str], list[Drift], int, float | None]
+
+
+def _disk_part(
+    disk: DiskCheck, private: Path, captured: threading.Event
+) -> tuple[list[str], list[Drift], int, float]:
+    """The disk's checks and drifts; a disk that could not be read is a drift, not a crash.
+    ``captured`` is set once the guest may be observed: its moment is taken, or the read
+    ended."""
     started = time.monotonic()
     try:
-        checks, drifts, paths = audit_disk(disk, private)
+        checks, drifts, paths = audit_disk(disk, private, captured.set)
     except RunnerError as error:
         checks, paths = ["disk:read"], 0
         drifts = [Drift(check="disk:read", expected="the disk read on the host", found=str(error))]
+    finally:
+        captured.set()
     return checks, drifts, paths, round(time.monotonic() - started, 3)
+
+
+@contextlib.contextmanager
+def _disk_beside(disk: DiskCheck | None, private: Path) -> Iterator[Callable[[], DiskPart]]:
+    """The disk part read in a thread of its own; the context is entered once the guest runs on
+    again (the playbook may run in it), and the part is had from the function it yields."""
+    if disk is None:
+        yield lambda: ([], [], 0, None)
+        return
+    captured = threading.Event()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="disk") as executor:
+        part = executor.submit(_disk_part, disk, private, captured)
+        captured.wait()
+        yield part.result
 
 
 def audit(
@@ -110,9 +137,44 @@ def audit(
     checked_at = datetime.now(UTC)
     ident = checked_at.strftime("%Y%m%dT%H%M%S%fZ")
     private = evidence_dir / ident
-    disk_checks, disk_drifts, disk_paths, disk_seconds = (
-        _disk_part(disk, private) if disk is not None else ([], [], 0, None)
+    with _disk_beside(disk, private) as disk_part:
+        events, status = _playbook_part(manifest, host_vars, private, ident)
+        disk_checks, disk_drifts, disk_paths, disk_seconds = disk_part()
+    refuse_changed_host_key(manifest.lab, events, private)
+    ran = any(event.get("event") == "playbook_on_start" for event in events)
+    checks, drifts = judge(events)
+    drifts.extend(unrecorded(manifest))
+    if ran:
+        speed_checks, slower = compare_speed(manifest, events)
+        checks.extend(speed_checks)
+        drifts.extend(slower)
+    if (status != "successful" and not drifts) or not ran:
+        drifts.append(Drift(check="ansible:run", expected="successful", found=status))
+    report = VerifyReport(
+        lab=manifest.lab,
+        freeze_manifest_sha256=manifest.sha256,
+        checked_at=checked_at,
+        seconds=round(time.monotonic() - started, 3),
+        evidence=str(private),
+        checks=(*disk_checks, *checks),
+        drifts=(*disk_drifts, *drifts),
+        disk_paths=disk_paths,
+        disk_seconds=disk_seconds,
     )
+    write_model(private / REPORT, report)
+    if not ran:
+        # The audit's own tool failed: not a drift of the guest, and not to be read as one.
+        printed = private / "artifacts" / ident / "stdout"
+        lines = printed.read_text(errors="replace").split("\n") if printed.is_file() else []
+        said = next((line for line in reversed(lines) if line.strip()), status)
+        raise RunnerError(f"the audit could not run ansible-playbook ({said}): {private}")
+    return report
+
+
+def _playbook_part(
+    manifest: FreezeManifest, host_vars: dict[str, Any], private: Path, ident: str
+) -> tuple[list[dict[str, Any]], str]:
+    """The playbook's events and ansible-runner's status."""
     write_atomic(
         private / "project" / PLAYBOOK,
         yaml.safe_dump(build_playbook(manifest), sort_keys=False, width=1000).encode(),
@@ -131,36 +193,7 @@ def audit(
         # set its flag, and `runner execute` ran on (runner/core/signals.py keeps ours).
         cancel_callback=_not_cancelled,
     )
-    events = list(result.events)
-    refuse_changed_host_key(manifest.lab, events, private)
-    ran = any(event.get("event") == "playbook_on_start" for event in events)
-    checks, drifts = judge(events)
-    drifts.extend(unrecorded(manifest))
-    if ran:
-        speed_checks, slower = compare_speed(manifest, events)
-        checks.extend(speed_checks)
-        drifts.extend(slower)
-    if (result.status != "successful" and not drifts) or not ran:
-        drifts.append(Drift(check="ansible:run", expected="successful", found=str(result.status)))
-    report = VerifyReport(
-        lab=manifest.lab,
-        freeze_manifest_sha256=manifest.sha256,
-        checked_at=checked_at,
-        seconds=round(time.monotonic() - started, 3),
-        evidence=str(private),
-        checks=(*disk_checks, *checks),
-        drifts=(*disk_drifts, *drifts),
-        disk_paths=disk_paths,
-        disk_seconds=disk_seconds,
-    )
-    write_model(private / REPORT, report)
-    if not ran:
-        # The audit's own tool failed: not a drift of the guest, and not to be read as one.
-        printed = private / "artifacts" / ident / "stdout"
-        lines = printed.read_text(errors="replace").split("\n") if printed.is_file() else []
-        said = next((line for line in reversed(lines) if line.strip()), str(result.status))
-        raise RunnerError(f"the audit could not run ansible-playbook ({said}): {private}")
-    return report
+    return list(result.events), str(result.status)
 
 
 def _path_with_ansible() -> str:

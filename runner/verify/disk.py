@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from runner.freeze.inventory import DiskInventory, Observed, PackageFile, read_d
 from runner.freeze.manifest import FreezeManifest
 from runner.freeze.paths import FreezePaths
 from runner.freeze.record import GUEST_WAIT_SECONDS
-from runner.lab.disk import DiskError, quiesced_disk
+from runner.lab.disk import DiskError, mounted_disk, quiesced_copy
 from runner.lab.snapshot import SavedState, running_disk
 from runner.lab.state import LabState
 from runner.lab.transport import SshTransport
@@ -46,10 +47,12 @@ class DiskDrifts(FrozenModel):
 
 @dataclass(frozen=True)
 class DiskCheck:
-    """The freeze's inventory, and how to read the guest's disk now."""
+    """The freeze's inventory, and how to read the guest's disk now: ``read`` calls its argument
+    once the moment it reads is taken and the guest runs on (the audit's guest side may start
+    then), or not at all if it fails before."""
 
     inventory: DiskInventory
-    read: Callable[[], Observed]
+    read: Callable[[Callable[[], None]], Observed]
 
 
 def load_inventory(path: Path, manifest: FreezeManifest) -> DiskInventory:
@@ -63,21 +66,22 @@ def load_inventory(path: Path, manifest: FreezeManifest) -> DiskInventory:
 
 
 def lab_disk(lab: LabState, manifest: FreezeManifest, saved: SavedState) -> DiskCheck:
-    """The lab's disk check: the running guest's live layer, read while the guest holds its
-    filesystem frozen (runner.lab.disk), against the freeze's inventory."""
+    """The lab's disk check: a copy of the running guest's live layer, taken while the guest
+    held its filesystem frozen (runner.lab.disk), against the freeze's inventory."""
     inventory = load_inventory(FreezePaths.for_lab(lab.lab).disk_inventory, manifest)
 
-    def read() -> Observed:
+    def read(captured: Callable[[], None]) -> Observed:
         layer = running_disk(lab)
         if layer != saved.live_disk:
             raise DiskError(
                 f"the lab domain writes to {layer}, not to the freeze's live layer "
                 f"{saved.live_disk} (was it started from its own definition?)"
             )
-        with (
-            SshTransport.for_lab(lab).connect(GUEST_WAIT_SECONDS) as guest,
-            quiesced_disk(guest, Path(layer)) as disk,
-        ):
+        with ExitStack() as stack:
+            with SshTransport.for_lab(lab).connect(GUEST_WAIT_SECONDS) as guest:
+                copy = stack.enter_context(quiesced_copy(guest, Path(layer)))
+            captured()
+            disk = stack.enter_context(mounted_disk(copy))
             return read_disk(disk, manifest.scope.disk_excludes)
 
     return DiskCheck(inventory=inventory, read=read)
@@ -150,9 +154,12 @@ def disk_checks(observed: Observed) -> list[str]:
     return [f"disk:{top}" for top in sorted(tops)] + [f"package:{p}" for p in sorted(packages)]
 
 
-def audit_disk(check: DiskCheck, evidence: Path) -> tuple[list[str], list[Drift], int]:
-    """(checks, the drifts the report keeps, paths read); every drift goes to ``evidence``."""
-    observed = check.read()
+def audit_disk(
+    check: DiskCheck, evidence: Path, captured: Callable[[], None]
+) -> tuple[list[str], list[Drift], int]:
+    """(checks, the drifts the report keeps, paths read); every drift goes to ``evidence``.
+    ``captured`` is called once the moment read is taken (``DiskCheck``)."""
+    observed = check.read(captured)
     by_kind: dict[str, list[Drift]] = defaultdict(list)
     for kind, drift in disk_drifts(check.inventory, observed):
         by_kind[kind].append(drift)
