@@ -258,8 +258,9 @@ def test_a_second_fresh_freeze_of_the_same_lab_passes_too(
     first = manifest(frozen_lab).sha256
     result = runner("freeze", lab=frozen_lab.lab)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "of the disk on the host" in result.stdout
-    note(next(line for line in result.stdout.splitlines() if line.startswith("read in")))
+    steps = next(line for line in result.stdout.splitlines() if line.startswith("steps (s)"))
+    assert all(f" {step} " in steps for step in ("prepare", "guest", "save", "disk")), steps
+    note(steps)
     assert manifest(frozen_lab).sha256 != first  # a new freeze (a new save: a new memory image)
     verify_passes(frozen_lab, tmp_path)
 

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -39,6 +38,7 @@ from runner.cells.verifier_setup import verifier_setup_problem
 from runner.core.canonical import file_digest
 from runner.core.errors import RunnerError
 from runner.core.files import write_atomic
+from runner.core.timing import PhaseTimer
 from runner.guest.agent_plan import CONTAINER, AgentCgroup
 from runner.guest.warm_harbor import WarmRequest, launch_command
 from runner.lab import egress
@@ -132,26 +132,6 @@ def leftovers(report: str) -> str:
         return f"; the kill script's report is unreadable: {report.strip()[:200]!r}"
     processes, containers = fields
     return f"; after the kill {processes} processes and {containers} containers left"
-
-
-@dataclass
-class PhaseTimer:
-    seconds: dict[str, float] = field(default_factory=dict)
-    current: str | None = None  # the phase running now; kept when it raised
-    # Told each phase's name as it starts (a fleet host heartbeats it, runner.fleet.host).
-    listener: Callable[[str], None] | None = None
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        started = time.monotonic()
-        self.current = name
-        if self.listener is not None:
-            self.listener(name)
-        try:
-            yield
-        finally:
-            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.monotonic() - started, 3)
-        self.current = None
 
 
 # Refused before it could be a model request: a wrong bearer, no API endpoint, an Expect the

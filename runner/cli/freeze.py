@@ -63,10 +63,8 @@ def freeze_command(lab: str, lock_path: Path | None) -> None:
     click.echo(f"images        {len(state.images)}")
     click.echo(f"listening     {' '.join(s.label for s in state.listening)}")
     click.echo(f"kernel        {state.kernel}")
-    click.echo(
-        f"read in       {frozen.guest_seconds:.1f} s in the guest, {frozen.disk_seconds:.1f} s "
-        "of the disk on the host"
-    )
+    steps = ", ".join(f"{step} {seconds:.1f}" for step, seconds in frozen.seconds.items())
+    click.echo(f"steps (s)     {steps}")
     click.echo(f"manifest      {FreezePaths.for_lab(lab).manifest}")
     click.echo(f"environment   {frozen.manifest.environment_fingerprint}")
     click.echo(f"saved state   {frozen.saved.memory_image}")

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from runner.core.errors import InputError, RunnerError, describe_validation_error
 from runner.core.files import read_model, write_model
 from runner.core.models import updated
+from runner.core.timing import PhaseTimer
 from runner.freeze.inventory import inventory_of, read_disk
 from runner.freeze.live import (
     LIVE_PROBES,
@@ -69,8 +70,10 @@ WARM_HARBOR_WAIT_SECONDS = 180
 class Frozen:
     manifest: FreezeManifest
     saved: SavedState
-    guest_seconds: float  # reading the guest's live state in the guest
-    disk_seconds: float  # reading the frozen disk on the host
+    # Each step's seconds: oracles (with a lock), prepare (the share unmounted, Podman's
+    # lingering monitors ended, Harbor warm), guest (its state read in it), zero memory, save
+    # (and the restore on a new live layer), disk (read on the host).
+    seconds: dict[str, float]
 
 
 def collect(guest: GuestTransport, scope: FreezeScope) -> tuple[Collected, float]:
@@ -201,33 +204,36 @@ def freeze_lab(lab_name: str, scope: FreezeScope, lock_path: Path | None = None)
     lock = lock_for(lab, lock_path) if lock_path is not None else None
     tasks = lab_tasks(lock, lock_path) if lock is not None and lock_path is not None else ()
     oracle: tuple[OracleScore, ...] = ()
+    timer = PhaseTimer()
     with SshTransport.for_lab(lab).connect(GUEST_WAIT_SECONDS) as guest:
         if lock is not None and lock_path is not None:
-            oracle = _oracle_scores(lab, guest, lock, lock_path)
-        # QEMU refuses to save a domain while a virtio-9p export is mounted in it (a migration
-        # blocker); provisioning is over, so the artifact share is unmounted before the freeze.
-        guest.check(f"! mountpoint -q {ARTIFACTS} || umount {ARTIFACTS}", timeout=60)
-        guest.check(END_LINGERING_EXEC_MONITORS, timeout=120)
-        warm_harbor_waiting(guest)
-        started = time.monotonic()
-        collected, _ = collect(guest, scope)
-        live_started = time.monotonic()
-        live = observe_live(guest, scope)
-        speed = measure_speed(guest, time.monotonic() - live_started)
-        guest_seconds = time.monotonic() - started
-        zero_free_memory(guest)
-    saved = save_frozen_state(lab)
+            with timer.phase("oracles"):
+                oracle = _oracle_scores(lab, guest, lock, lock_path)
+        with timer.phase("prepare"):
+            # QEMU refuses to save a domain while a virtio-9p export is mounted in it (a
+            # migration blocker); provisioning is over, so the artifact share is unmounted.
+            guest.check(f"! mountpoint -q {ARTIFACTS} || umount {ARTIFACTS}", timeout=60)
+            guest.check(END_LINGERING_EXEC_MONITORS, timeout=120)
+            warm_harbor_waiting(guest)
+        with timer.phase("guest"):
+            collected, _ = collect(guest, scope)
+            live_started = time.monotonic()
+            live = observe_live(guest, scope)
+            speed = measure_speed(guest, time.monotonic() - live_started)
+        with timer.phase("zero memory"):
+            zero_free_memory(guest)
+    with timer.phase("save"):
+        saved = save_frozen_state(lab)
     # The saved disk is read as every verify after a reset reads it: through the guest, now
     # restored on an empty live layer, which syncs and freezes its filesystem meanwhile (so the
     # host sees the page cache the memory image holds, and a clean journal).
-    started = time.monotonic()
     with (
+        timer.phase("disk"),
         SshTransport.for_lab(lab).connect(GUEST_WAIT_SECONDS) as guest,
         quiesced_disk(guest, Path(saved.live_disk)) as disk,
     ):
         observed = read_disk(disk, scope.disk_excludes)
     inventory = inventory_of(observed, scope.disk_excludes)
-    disk_seconds = time.monotonic() - started
     manifest = FreezeManifest(
         lab=lab.lab,
         environment_fingerprint=lab.environment_fingerprint,
@@ -244,8 +250,7 @@ def freeze_lab(lab_name: str, scope: FreezeScope, lock_path: Path | None = None)
     return Frozen(
         manifest=manifest,
         saved=saved,
-        guest_seconds=round(guest_seconds, 1),
-        disk_seconds=round(disk_seconds, 1),
+        seconds=timer.seconds,
     )
 
 

@@ -279,7 +279,7 @@ class AttemptRecord(FrozenModel):
     # expects that bearer, and only it, in Podman's records of the cell's exec, also when it
     # is a resumed run scanning the disk of a killed runner, which never knew the bearer.
     bearer_sha256: Sha256 | None = None
-    # The phase the attempt is in (runner.cells.cell.PhaseTimer), rewritten as each one starts:
+    # The phase the attempt is in (runner.core.timing.PhaseTimer), rewritten as each one starts:
     # what an observer of a running cell waits on (a test's kill inside Harbor, an operator).
     phase: str | None = None
 
