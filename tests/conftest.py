@@ -45,6 +45,6 @@ def repo() -> Path:
     return REPO
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def seed_lock_path() -> Path:
     return REPO / "locks" / "seed-54.toml"

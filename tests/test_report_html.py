@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
 from pathlib import Path
 
 import pytest
@@ -28,13 +29,21 @@ TAB_GREEN = (44, 160, 44)  # the pass-rate bars: only in pass-rates.png
 TAB_ORANGE = (255, 127, 14)  # the token bars: only in report.png
 
 
-@pytest.fixture
-def reported(seed_lock_path: Path, tmp_path: Path) -> RunPaths:
-    paths = reference_run(seed_lock_path, tmp_path / "run", secrets.token_urlsafe(24))
+@pytest.fixture(scope="module")
+def reported_once(seed_lock_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference run reported once per module (its report takes seconds)."""
+    run_dir = tmp_path_factory.mktemp("reported") / "run"
+    paths = reference_run(seed_lock_path, run_dir, secrets.token_urlsafe(24))
     result = runner_cli("report", str(paths.run_dir))
     assert result.returncode == 0, result.stderr
     assert f"wrote {paths.report_html}" in result.stdout
-    return paths
+    return run_dir
+
+
+@pytest.fixture
+def reported(reported_once: Path, tmp_path: Path) -> RunPaths:
+    """A copy of the reported run of this test's own, to change as it likes."""
+    return RunPaths(Path(shutil.copytree(reported_once, tmp_path / "run", symlinks=True)))
 
 
 def test_report_html_renders_in_chromium(reported: RunPaths, tmp_path: Path) -> None:
