@@ -50,6 +50,7 @@ from runner.verify.playbook import (
     build_playbook,
 )
 from runner.verify.report import Drift, VerifyReport
+from runner.verify.taint import explained
 
 PLAYBOOK = "verify.yml"
 REPORT = "report.json"
@@ -242,10 +243,12 @@ def judge(events: Iterable[dict[str, Any]]) -> tuple[list[str], list[Drift]]:
             said = _check_message(result)
             checks.extend(f"{category}:{key}" for key in said["checked"])
             drifts.extend(
-                Drift(
-                    check=f"{category}:{item['item']}",
-                    expected=str(item["expected"]),
-                    found=str(item["found"]),
+                explained(
+                    Drift(
+                        check=f"{category}:{item['item']}",
+                        expected=str(item["expected"]),
+                        found=str(item["found"]),
+                    )
                 )
                 for item in said["drifts"]
             )
