@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from runner.freeze.taint import TAINT_FLAGS, taint_words
 from runner.verify.audit import judge
 from runner.verify.playbook import CHECK_TASK_PREFIX
-from runner.verify.taint import TAINT_FLAGS, taint_words
 
 
 def _sysctl_check_event(drifts: list[dict[str, str]]) -> dict[str, object]:

@@ -44,6 +44,7 @@ from runner.freeze.manifest import (
 )
 from runner.freeze.oracle import oracle_smoke
 from runner.freeze.paths import FreezePaths
+from runner.freeze.taint import taint_words
 from runner.guest import warm_harbor
 from runner.lab.disk import quiesced_disk
 from runner.lab.layout import GUEST
@@ -144,6 +145,28 @@ def zero_free_memory(guest: GuestTransport) -> None:
         raise RunnerError(f"zeroing the guest's free memory failed ({result.exit_code}): {last}")
 
 
+TAINTED = "/proc/sys/kernel/tainted"
+_KERNEL_COMPLAINTS = "soft lockup|BUG:|WARNING:|Oops|hung_task"
+
+
+def kernel_as_observed(guest: GuestTransport, live: dict[str, dict[str, str]]) -> None:
+    """The freeze's last look in the guest before the save: the kernel's taint mask must still
+    be the one its live state was read with. A soft lockup or a warning during the freeze's own
+    later steps would be saved into the memory image, restored by every reset and named by
+    every audit after it; the freeze stops instead, with the kernel's own words."""
+    observed = live.get("sysctl", {}).get("kernel.tainted")
+    now = guest.check(f"cat {TAINTED}", timeout=60).stdout.strip()
+    if observed is None or now == observed:
+        return
+    said = guest.exec(f"dmesg | grep -E '{_KERNEL_COMPLAINTS}' | tail -2", timeout=60).stdout
+    lines = " | ".join(line.strip() for line in said.strip().splitlines()) or "nothing in dmesg"
+    raise RunnerError(
+        f"the guest's kernel was tainted during the freeze, after its state was read: "
+        f"{taint_words(observed)} -> {taint_words(now)}; the kernel said: {lines}; nothing was "
+        "saved: run `runner freeze` again (on a host less loaded)"
+    )
+
+
 def lock_for(lab: LabState, lock_path: Path) -> Lock:
     """The lock given on the command line, which must share the lab's environment."""
     lock = load_resolved_lock(lock_path)
@@ -222,6 +245,7 @@ def freeze_lab(lab_name: str, scope: FreezeScope, lock_path: Path | None = None)
             speed = measure_speed(guest, time.monotonic() - live_started)
         with timer.phase("zero memory"):
             zero_free_memory(guest)
+        kernel_as_observed(guest, live)
     with timer.phase("save"):
         saved = save_frozen_state(lab)
     # The saved disk is read as every verify after a reset reads it: through the guest, now

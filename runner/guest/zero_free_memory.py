@@ -11,6 +11,8 @@ import os
 
 PAGE = mmap.PAGESIZE
 MARGIN = 96 << 20  # left free so nothing in the guest is pushed to reclaim or the OOM killer
+CHUNK = 64 << 20
+MADV_POPULATE_WRITE = 23  # linux/mman.h (Linux 5.14); Python's mmap module may not name it
 
 
 def free_bytes() -> int:
@@ -26,10 +28,18 @@ def main() -> None:
     size = (free_bytes() - MARGIN) // PAGE * PAGE
     if size <= 0:
         return
-    # A populated private anonymous map is backed by freshly zeroed pages: the kernel zeroes
-    # all the memory it takes from the free lists (in one call, not one fault per page), and
-    # the free lists get it back, still zero, when the map is closed.
-    mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE).close()
+    # A private anonymous map, written to in chunks, is backed by freshly zeroed pages: the
+    # kernel zeroes all the memory it takes from the free lists, and the free lists get it back,
+    # still zero, when the map is closed. In chunks of 4 KiB pages (no huge pages: their
+    # compaction holds a CPU for long under emulation), so that no single call keeps a vCPU in
+    # the kernel long enough for its soft-lockup watchdog (20 s) to taint the kernel.
+    area = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        area.madvise(mmap.MADV_NOHUGEPAGE)
+        for start in range(0, size, CHUNK):
+            area.madvise(MADV_POPULATE_WRITE, start, min(CHUNK, size - start))
+    finally:
+        area.close()
 
 
 if __name__ == "__main__":
