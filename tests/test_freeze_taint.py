@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from runner.core.errors import RunnerError
-from runner.freeze.record import TAINTED, kernel_as_observed
+from runner.freeze.record import kernel_as_observed
+from runner.freeze.taint import TAINT_FILE
 from runner.lab.transport import ExecResult
 from tests.support.fake_transport import FakeTransport, answer
 
@@ -16,7 +17,7 @@ LOCKUP = "watchdog: BUG: soft lockup - CPU#1 stuck for 23s! [python3:4242]"
 
 def _guest(tainted: str) -> FakeTransport:
     def handler(command: str) -> ExecResult:
-        if command == f"cat {TAINTED}":
+        if command == f"cat {TAINT_FILE}":
             return answer(command, stdout=f"{tainted}\n")
         if command.startswith("dmesg"):
             return answer(command, stdout=f"[  812.5] {LOCKUP}\n")

@@ -44,7 +44,7 @@ from runner.freeze.manifest import (
 )
 from runner.freeze.oracle import oracle_smoke
 from runner.freeze.paths import FreezePaths
-from runner.freeze.taint import taint_words
+from runner.freeze.taint import TAINT_FILE, TAINT_SYSCTL, taint_words
 from runner.guest import warm_harbor
 from runner.lab.disk import quiesced_disk
 from runner.lab.layout import GUEST
@@ -145,7 +145,6 @@ def zero_free_memory(guest: GuestTransport) -> None:
         raise RunnerError(f"zeroing the guest's free memory failed ({result.exit_code}): {last}")
 
 
-TAINTED = "/proc/sys/kernel/tainted"
 _KERNEL_COMPLAINTS = "soft lockup|BUG:|WARNING:|Oops|hung_task"
 
 
@@ -154,8 +153,8 @@ def kernel_as_observed(guest: GuestTransport, live: dict[str, dict[str, str]]) -
     be the one its live state was read with. A soft lockup or a warning during the freeze's own
     later steps would be saved into the memory image, restored by every reset and named by
     every audit after it; the freeze stops instead, with the kernel's own words."""
-    observed = live.get("sysctl", {}).get("kernel.tainted")
-    now = guest.check(f"cat {TAINTED}", timeout=60).stdout.strip()
+    observed = live.get("sysctl", {}).get(TAINT_SYSCTL)
+    now = guest.check(f"cat {TAINT_FILE}", timeout=60).stdout.strip()
     if observed is None or now == observed:
         return
     said = guest.exec(f"dmesg | grep -E '{_KERNEL_COMPLAINTS}' | tail -2", timeout=60).stdout
@@ -249,8 +248,9 @@ def freeze_lab(lab_name: str, scope: FreezeScope, lock_path: Path | None = None)
     with timer.phase("save"):
         saved = save_frozen_state(lab)
     # The saved disk is read as every verify after a reset reads it: through the guest, now
-    # restored on an empty live layer, which syncs and freezes its filesystem meanwhile (so the
-    # host sees the page cache the memory image holds, and a clean journal).
+    # restored on an empty live layer, which syncs and freezes its filesystem while the host
+    # copies that layer (so the host sees the page cache the memory image holds, and a clean
+    # journal).
     with (
         timer.phase("disk"),
         SshTransport.for_lab(lab).connect(GUEST_WAIT_SECONDS) as guest,

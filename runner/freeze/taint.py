@@ -5,6 +5,10 @@ is the kernel's own complaint."""
 
 from __future__ import annotations
 
+# The mask's sysctl name (the sysctl category's key for it) and its file in the guest.
+TAINT_SYSCTL = "kernel.tainted"
+TAINT_FILE = "/proc/sys/" + TAINT_SYSCTL.replace(".", "/")
+
 TAINT_FLAGS: tuple[tuple[str, str], ...] = (
     ("P", "a proprietary module was loaded"),
     ("F", "a module was force-loaded"),

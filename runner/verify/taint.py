@@ -4,10 +4,10 @@ number (runner.freeze.taint)."""
 
 from __future__ import annotations
 
-from runner.freeze.taint import taint_words
+from runner.freeze.taint import TAINT_SYSCTL, taint_words
 from runner.verify.report import Drift
 
-TAINTED_CHECK = "sysctl:kernel.tainted"
+TAINTED_CHECK = f"sysctl:{TAINT_SYSCTL}"
 
 
 def explained(drift: Drift) -> Drift:
