@@ -8,7 +8,8 @@
 # fast    ci       -m "not vm and not registry"           none: host only, no route to a registry needed
 #         full     -m "not vm" (the real registries too)
 # floor   full     scipy at pyproject's floor: the statistics and report tests
-# vm      ci/full  -m "vm and not guest and not e2e and not smoke"   <run>-deploy
+# vm      ci       -m "vm and not guest and not e2e and not smoke and not full"   <run>-deploy
+#         full     -m "vm and not guest and not e2e and not smoke"
 # smoke   ci/full  -m smoke                               <run>-smoke, deployed and frozen beside the
 #                                                         tiers before it (log: .cache/smoke-lab.log)
 # guest   full     -m "guest and not e2e"                 <run>-demo
@@ -195,7 +196,9 @@ scipy_floor() {
 run_tier floor scipy_floor
 
 # The vm tier makes (and removes) its own lab; it needs the image only.
-vm_tier() { wait_for_image && pytest_tier vm -m "vm and not guest and not e2e and not smoke" "$@"; }
+vm_selection="vm and not guest and not e2e and not smoke"
+[ "$test_set" = ci ] && vm_selection="$vm_selection and not full"
+vm_tier() { wait_for_image && pytest_tier vm -m "$vm_selection" "$@"; }
 run_tier vm vm_tier "$@"
 
 smoke_tier() { wait_for_lab smoke && pytest_tier smoke -m smoke "$@"; }

@@ -136,6 +136,7 @@ def test_teardown_after_a_create_killed_half_way_leaves_nothing() -> None:
     assert_nothing_left()
 
 
+@pytest.mark.full  # a teardown and a whole deploy again (~280 s): each is tested above
 def test_rebuild_deploys_a_fresh_lab() -> None:
     result = run(["runner", "rebuild", "--lab", LAB, "--limit", "hypervisors"])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
