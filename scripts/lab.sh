@@ -16,7 +16,13 @@ bash scripts/setup-host.sh
 # The project's venv (made by setup-host.sh): runner and pyinfra below are its commands.
 export PATH="$PWD/.venv/bin:$PATH"
 source scripts/git-sources.sh
-step() { printf '\n== %s\n' "$*"; }
+# Each step's header says how long the one before it took (the figures a run's note gives).
+step_started=$SECONDS
+step() {
+  printf '\n== %s (%s UTC; the step before took %d s)\n' "$*" "$(date -u +%H:%M:%S)" \
+    "$(( SECONDS - step_started ))"
+  step_started=$SECONDS
+}
 
 step "resolve $LOCK into the host artifact cache"
 runner resolve "$LOCK"
@@ -29,5 +35,6 @@ runner execute "$LOCK" --run-dir "$run_dir" --lab "$LAB"
 step "archive $run_dir and check it against the operator's key"
 runner archive "$run_dir"
 runner check-archive "$run_dir.tar.gz" --key "${FROZEN_BENCH_CACHE:-.cache}/operator-key/id_ed25519.pub"
+step "done"
 printf '\nreport: %s/report.md  receipt: %s/receipt.json  archive: %s.tar.gz\n' \
   "$run_dir" "$run_dir" "$run_dir"

@@ -122,11 +122,17 @@ def test_each_task_is_read_from_its_own_log_and_status(tmp_path: Path) -> None:
     (tmp_path / "a.failed").write_text("100\n")
     (tmp_path / "b.log").write_text("STEP 1/1: FROM x\n")
     (tmp_path / "b.failed").write_text(f"{TIMED_OUT}\n")
-    assert _failure(tmp_path, "a", 600) == BuildFailure(
+
+    def build(task: str, timeout: float) -> TaskImageBuild:
+        return TaskImageBuild(
+            task=task, image="x", inputs_digest="sha256:x", build_timeout_sec=timeout
+        )
+
+    assert _failure(tmp_path, build("a", 600)) == BuildFailure(
         "a", "E: Unable to locate package sqlite3", ("sqlite3", "xxd", "python3-pip")
     )
-    assert _failure(tmp_path, "b", 900).line.endswith("(900 s)")
-    assert _failure(tmp_path, "never", 600).line == (
+    assert _failure(tmp_path, build("b", 900)).line.endswith("(900 s)")
+    assert _failure(tmp_path, build("never", 600)).line == (
         "no image and no build log: the build did not run"
     )
 
@@ -182,3 +188,51 @@ def test_a_build_the_guest_cannot_read_is_one_line_and_exit_2(
     assert build_report.main([str(tmp_path), old_form]) == 2
     error = capsys.readouterr().err
     assert error.startswith("build report: a build: ") and error.count("\n") == 1
+
+
+CLONES = """STEP 3/4: RUN bash /app/setup.sh
+Cloning into 'personal-site'...
+fatal: unable to access 'https://github.com/TheMikeMerrill/personal-site.git/': Could not resolve host: github.com
+Error: building at STEP "RUN bash /app/setup.sh": while running runtime: exit status 128
+"""
+
+
+@pytest.mark.parametrize("required_built", [True, False])
+def test_a_build_the_lock_tolerates_is_named_and_stops_the_deploy_only_beside_another(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    required_built: bool,
+) -> None:
+    # tasks.needs_network: the build may fail here; a build that must succeed still must.
+    needs_network = BUILDS[0].model_copy(update={"tolerated": "needs the network: clones"})
+    (tmp_path / "git-leak-recovery.log").write_text(CLONES)
+    (tmp_path / "git-leak-recovery.failed").write_text("128\n")
+    (tmp_path / "it's=odd $HOME.log").write_text(APT_MISS)
+    (tmp_path / "it's=odd $HOME.failed").write_text("100\n")
+    labels = {"localhost/x:frozen": "sha256:b=c"} if required_built else {}
+    monkeypatch.setattr(build_report, "_label", lambda image: labels.get(image, ""))
+    argv = _report_argv((needs_network, BUILDS[1]))
+    assert build_report.main([str(tmp_path), *argv[1:]]) == (0 if required_built else 1)
+    out, err = capsys.readouterr()
+    rows = err.splitlines()
+    assert rows[2].split()[:2] == ["git-leak-recovery", "build"]
+    assert rows[2].endswith(
+        "Could not resolve host: github.com (tolerated: needs the network: clones)"
+    )
+    if required_built:
+        assert rows[0] == "1 of 2 task images did not build:"
+        assert out == "1 of 2 task images built\n"
+    else:
+        assert rows[0] == "2 of 2 task images did not build:"
+        assert "tolerated" not in rows[3] and out == ""
+
+
+def test_a_tolerated_build_does_not_keep_a_deploy_from_changing_nothing() -> None:
+    needs_network = BUILDS[0].model_copy(update={"tolerated": "needs the network"})
+    host = local_host({})
+    labels = {"localhost/x:frozen": "sha256:b=c"}
+    host.get_fact = lambda fact, image, **_kwargs: labels.get(image, "")  # type: ignore[method-assign]
+    assert yielded(host, guest_ops.task_images_built, images=(needs_network, BUILDS[1])) == []
+    unbuilt = BUILDS[1].model_copy(update={"inputs_digest": "sha256:other"})
+    assert len(yielded(host, guest_ops.task_images_built, images=(needs_network, unbuilt))) == 1

@@ -91,6 +91,10 @@ def test_environment_inputs_ignore_what_the_guest_is_not_made_of(
     text = seed_lock_path.read_text()
     changed.write_text(text.replace("repeats = 3", "repeats = 1").replace("1800", "60"))
     assert load_lock(changed).environment_inputs == base.environment_inputs
+    ids = 'ids = ["git-leak-recovery", "sqlite-db-truncate", "cancel-async-tasks"]\n'
+    tolerant = ids + 'needs_network = { "git-leak-recovery" = "its build clones from GitHub" }\n'
+    changed.write_text(text.replace(ids, tolerant))
+    assert load_lock(changed).environment_inputs == base.environment_inputs
     changed.write_text(text.replace('bun = "1.3.14"', 'bun = "1.3.15"'))
     assert load_lock(changed).environment_inputs != base.environment_inputs
 
@@ -109,3 +113,20 @@ def test_only_a_scripted_base_url_is_the_scripted_provider(seed_lock_path: Path)
     assert real.model_copy(update={"base_url": "scripted://local"}).is_scripted
     # The scheme, not a mention of it, decides.
     assert not real.model_copy(update={"base_url": "https://scripted.example/"}).is_scripted
+
+
+def test_a_task_that_needs_the_network_is_tolerated_everywhere_a_timing_one_under_tcg(
+    seed_lock_path: Path,
+) -> None:
+    tasks = load_lock(seed_lock_path).tasks.model_copy(
+        update={
+            "timing_sensitive": ("cancel-async-tasks",),
+            "needs_network": {"git-leak-recovery": "its build clones from GitHub"},
+        }
+    )
+    network = {"git-leak-recovery": "needs the network: its build clones from GitHub"}
+    assert tasks.tolerated(emulated=False) == network
+    assert tasks.tolerated(emulated=True) == {
+        "cancel-async-tasks": "timing-sensitive under emulation",
+        **network,
+    }

@@ -154,3 +154,12 @@ def test_the_freeze_manifest_keeps_harbors_reason_and_a_score_without_one_keeps_
     # A manifest written before the field existed reads and hashes as it did.
     passed = oracle_score(oracle_of("passes"))
     assert "harbor_said" not in canonical_json(passed).decode()
+
+
+def test_the_manifest_keeps_why_a_tolerated_oracle_may_fail_only_when_it_did() -> None:
+    why = "needs the network: its build clones from GitHub"
+    failed = oracle_score(oracle_of("flaky"), why)
+    assert (failed.reward, failed.judges, failed.tolerated) == (0.0, False, why)
+    passed = oracle_score(oracle_of("passes"), why)
+    assert (passed.judges, passed.tolerated) == (True, "")
+    assert "tolerated" not in canonical_json(passed).decode()

@@ -329,6 +329,10 @@ def test_a_warm_lock_plans_one_warm_script_per_warm_harness(lock: Lock) -> None:
     assert cache.dest == "/opt/bench/compiled/pi-openpi"
     other_tree = (trees[0], Bundle("harness-pi-openpi", "sha256:new", "/t", "x"))
     assert warm_caches(lock, other_tree, images)[0].digest != cache.digest
+    # A task whose build may fail here (tasks.needs_network) is no image to warm in.
+    unbuilt = (TaskImage("a", "bench-task-a", "/c", "sha256:x", 60.0, "needs the network"),)
+    (cache,) = warm_caches(lock, trees, (*unbuilt, images[1]))
+    assert cache.image == "bench-task-b"
 
 
 def test_report_html_and_receipt_of_a_run_carry_both(tmp_path: Path) -> None:

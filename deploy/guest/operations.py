@@ -246,16 +246,19 @@ def task_images_built(images: tuple[TaskImageBuild, ...]) -> Commands:
     """
     Every task image is built with its inputs' label; otherwise the deploy stops here with a
     table of every task whose build failed and the failure's own line (runner.guest.build_report).
+    A build the lock tolerates (tasks.needs_network) is named with its failure, and does not
+    stop it.
 
     + images: each task image's build, handed to the report as its JSON
     """
+    required = [build for build in images if not build.tolerated]
     if all(
         host.get_fact(ImageLabel, image=build.image, label="bench.inputs") == build.inputs_digest
-        for build in images
+        for build in required
     ):
-        host.noop(f"all {len(images)} task images already built")
+        host.noop(f"all {len(required)} task images that must build already built")
         return
-    builds = " ".join(_q(build.model_dump_json()) for build in images)
+    builds = " ".join(_q(build.model_dump_json(exclude_defaults=True)) for build in images)
     yield (
         f"{_q(GUEST.harbor_venv / 'bin' / 'python')} -m runner.guest.build_report "
         f"{_q(GUEST.build_logs)} {builds}"

@@ -8,8 +8,10 @@ userland) and each task image's build inputs.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from deploy.guest import operations as guest
 from deploy.guest.base_images import built_base_images
@@ -116,6 +118,8 @@ class TaskImage:
     context: str
     digest: str  # of the task's bundle and the base image's inputs
     build_timeout_sec: float  # the task's own (task.toml)
+    # Why the lock lets this image's build fail here (tasks.needs_network); "": it must build.
+    tolerated: str = ""
 
 
 @dataclass(frozen=True)
@@ -180,8 +184,10 @@ def warm_caches(
     lock: Lock, trees: tuple[Bundle, ...], task_images: tuple[TaskImage, ...]
 ) -> tuple[WarmCache, ...]:
     """What warms each harness whose lock asks for warm compiled caches: its warm script, run in
-    the first task image (any image that runs a cell will do: jiti's output is JavaScript)."""
+    the first task image that must build (any image that runs a cell will do: jiti's output is
+    JavaScript)."""
     warm = [harness for harness in lock.harnesses if harness.compiled_cache == "warm"]
+    image = next((i.image for i in task_images if not i.tolerated), task_images[0].image)
     tree_digests = {tree.unit: tree.digest for tree in trees}
     caches = []
     for harness in warm:
@@ -198,7 +204,7 @@ def warm_caches(
         caches.append(
             WarmCache(
                 harness=harness.id,
-                image=task_images[0].image,
+                image=image,
                 script=script,
                 digest=sha256_digest(canonical_json(inputs)),
             )
@@ -240,6 +246,7 @@ def plan_guest(lock: Lock, lock_path: Path, lab: str) -> GuestPlan:
         image_inputs,
         tuple(image.digest for image in registry_images),
         tuple(a for a in resolution.artifacts if a.kind in BUILD_KINDS),
+        lock.tasks.needs_network,
     )
     return GuestPlan(
         debs=tuple(
@@ -420,10 +427,12 @@ def _task_images(
     image_inputs: str,
     registry_digests: tuple[str, ...] = (),
     recorded: tuple[PinnedArtifact, ...] = (),
+    needs_network: Mapping[str, str] = MappingProxyType({}),
 ) -> tuple[TaskImage, ...]:
     """One image per task, rebuilt when its bundle, a base image's inputs (the local ones'
     inputs, the registry ones' digests) or what its recorded build took change; a lock without
-    registry images or recorded builds keeps the digests its guests' images were labelled with."""
+    registry images or recorded builds keeps the digests its guests' images were labelled with.
+    A task that needs the network may fail its build (``needs_network``: task -> why)."""
     images = []
     for task, derivation in tasks:
         took = sorted(a.sha256 for a in recorded if derivation.id in a.tasks)
@@ -435,6 +444,7 @@ def _task_images(
                 context=f"{task.dest}/environment",
                 digest=sha256_digest(canonical_json([*inputs, *([took] if took else [])])),
                 build_timeout_sec=derivation.settings.build_timeout_sec,
+                tolerated=needs_network.get(derivation.id, ""),
             )
         )
     return tuple(images)

@@ -287,6 +287,7 @@ def _images_built(plan: GuestPlan) -> None:
                 image=image.image,
                 inputs_digest=image.digest,
                 build_timeout_sec=image.build_timeout_sec,
+                tolerated=image.tolerated,
             )
             for image in plan.task_images
         ),

@@ -52,7 +52,8 @@ def freeze_command(lab: str, lock_path: Path | None) -> None:
             ""
             if score.judges
             else (
-                " (timing-sensitive under emulation: this lab cannot judge it; "
+                f" ({score.tolerated or 'timing-sensitive under emulation'}: this lab cannot "
+                "judge it; "
                 + (f"Harbor: {score.harbor_said}; " if score.harbor_said else "")
                 + f"verifier: {score.verifier_last_lines})"
             )

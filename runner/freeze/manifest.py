@@ -205,13 +205,16 @@ class OracleScore(FrozenModel):
     task: Slug
     reward: float
     seconds: float = Field(ge=0)
-    # A timing-sensitive task's oracle under emulation may score 0 without failing the freeze
-    # (lock tasks.timing_sensitive): then the lab cannot judge the task, and says why.
+    # A tolerated task's oracle may score 0 without failing the freeze (lock tasks.tolerated:
+    # timing-sensitive under emulation, or it needs the network): then the lab cannot judge the
+    # task, and says why.
     verifier_last_lines: str = ""
     # Harbor's own words for how its trial ended (its exception, or why no result.json was read).
     harbor_said: str = ""
+    # Why the lock lets this task's oracle fail here ("" : it must score 1).
+    tolerated: str = ""
 
-    LATE_FIELDS = frozenset({"verifier_last_lines", "harbor_said"})
+    LATE_FIELDS = frozenset({"verifier_last_lines", "harbor_said", "tolerated"})
 
     @property
     def judges(self) -> bool:

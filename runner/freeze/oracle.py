@@ -20,8 +20,8 @@ def oracle_smoke(
     guest: GuestTransport, task_ids: tuple[str, ...], tolerated: frozenset[str] = frozenset()
 ) -> tuple[OracleRun, ...]:
     """Every task's oracle, in order. Each that does not score 1 keeps Harbor's reason and its
-    verifier's last lines; unless it is ``tolerated`` (timing-sensitive under emulation: its
-    score is recorded, and the lab then cannot judge the task), the freeze fails once all were
+    verifier's last lines; unless it is ``tolerated`` (the lock's tasks.tolerated: its score is
+    recorded, and the lab then cannot judge the task), the freeze fails once all were
     tried, with a table of every such task, so one freeze names every broken task."""
     runs = []
     try:

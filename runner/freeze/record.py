@@ -188,21 +188,22 @@ def _oracle_scores(
 ) -> tuple[OracleScore, ...]:
     """Every task's oracle, with the lab's package mirror up for the verifiers."""
     # Timing-sensitive tasks (lock tasks.timing_sensitive) are held strictly under KVM only.
-    emulated = lab.acceleration.kind == "tcg"
-    tolerated = frozenset(lock.tasks.timing_sensitive) if emulated else frozenset()
+    tolerated = lock.tasks.tolerated(emulated=lab.acceleration.kind == "tcg")
     with lab_mirror(lab.lab, resolution_path(lock_path, lock)):
-        runs = oracle_smoke(guest, lock.tasks.ids, tolerated)
-    return tuple(oracle_score(run) for run in runs)
+        runs = oracle_smoke(guest, lock.tasks.ids, frozenset(tolerated))
+    return tuple(oracle_score(run, tolerated.get(run.task, "")) for run in runs)
 
 
-def oracle_score(run: OracleRun) -> OracleScore:
-    """A run's score as the freeze manifest keeps it (no reward is kept as 0: not 1 either)."""
+def oracle_score(run: OracleRun, tolerated: str = "") -> OracleScore:
+    """A run's score as the freeze manifest keeps it (no reward is kept as 0: not 1 either);
+    ``tolerated``: why the lock lets it fail here, kept when it did."""
     return OracleScore(
         task=run.task,
         reward=run.reward or 0.0,
         seconds=run.seconds,
         verifier_last_lines=run.last_lines or run.log_lines,
         harbor_said=run.harbor_said,
+        tolerated=tolerated if run.reward != 1 else "",
     )
 
 

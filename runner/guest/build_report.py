@@ -8,7 +8,8 @@ Each BUILD_JSON is a task image's build as the deploy gives it (runner.guest.tas
 
 Each build left ``LOG_DIR/<task>.log`` (its whole output) and, when it failed, ``<task>.failed``
 (its exit status). A task whose image is not labelled with its inputs' digest afterwards is a
-failure too (a build that never ran). Prints the table to stderr and exits 1 when any failed.
+failure too (a build that never ran). Prints the table to stderr and exits 1 when any failed
+that the lock does not tolerate (tasks.needs_network: named in the table, with why).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class BuildFailure:
     task: str
     line: str
     missing: tuple[str, ...]
+    tolerated: str = ""  # why the lock lets it fail here (tasks.needs_network)
 
 
 def failure_line(log: str, status: int | None, timeout_seconds: float | None = None) -> str:
@@ -94,8 +96,15 @@ def missing_packages(log: str) -> tuple[str, ...]:
 
 
 def failure_table(failures: list[BuildFailure], tried: int) -> str:
+    """``task  step  error`` rows; a tolerated failure says why the lock lets it fail."""
     rows = [f"{len(failures)} of {tried} task images did not build:"]
-    rows += text_table(("task", "step", "error"), [(f.task, "build", f.line) for f in failures])
+    rows += text_table(
+        ("task", "step", "error"),
+        [
+            (f.task, "build", f"{f.line} (tolerated: {f.tolerated})" if f.tolerated else f.line)
+            for f in failures
+        ],
+    )
     for failure in failures:
         if failure.missing:
             rows.append(
@@ -116,13 +125,16 @@ def _label(image: str) -> str:
     return done.stdout.strip() if done.returncode == 0 else ""
 
 
-def _failure(log_dir: Path, task: str, timeout_seconds: float) -> BuildFailure:
+def _failure(log_dir: Path, build: TaskImageBuild) -> BuildFailure:
+    task = build.task
     log_file, failed = log_dir / f"{task}.log", log_dir / f"{task}.failed"
     log = log_file.read_text(errors="replace") if log_file.is_file() else ""
     status = int(failed.read_text().strip() or 1) if failed.is_file() else None
     if status is None and not log:
-        return BuildFailure(task, "no image and no build log: the build did not run", ())
-    return BuildFailure(task, failure_line(log, status, timeout_seconds), missing_packages(log))
+        line = "no image and no build log: the build did not run"
+    else:
+        line = failure_line(log, status, build.build_timeout_sec)
+    return BuildFailure(task, line, missing_packages(log), build.tolerated)
 
 
 def read_builds(arguments: list[str]) -> list[TaskImageBuild]:
@@ -137,14 +149,13 @@ def main(argv: list[str]) -> int:
         print(describe_validation_error("build report: a build", error), file=sys.stderr)
         return 2
     failures = [
-        _failure(log_dir, build.task, build.build_timeout_sec)
-        for build in builds
-        if _label(build.image) != build.inputs_digest
+        _failure(log_dir, build) for build in builds if _label(build.image) != build.inputs_digest
     ]
     if failures:
         print(failure_table(failures, len(builds)), file=sys.stderr)
+    if any(not failure.tolerated for failure in failures):
         return 1
-    print(f"all {len(builds)} task images built")
+    print(f"{len(builds) - len(failures)} of {len(builds)} task images built")
     return 0
 
 

@@ -19,3 +19,5 @@ class TaskImageBuild(FrozenModel):
     # The digest of the image's inputs: the image's ``bench.inputs`` label once built from them.
     inputs_digest: str
     build_timeout_sec: float  # the task's own (task.toml)
+    # Why the lock lets this build fail here (tasks.needs_network); "": it must build.
+    tolerated: str = ""

@@ -175,8 +175,9 @@ class FrozenLab:
         return {
             score.task: (
                 f"the lab's oracle of {score.task} scored {score.reward:g} at the freeze "
-                f"(timing-sensitive under {self.state.acceleration.kind.upper()}; its verifier's "
-                "last lines are in the freeze manifest)"
+                f"({score.tolerated or 'timing-sensitive under emulation'}, under "
+                f"{self.state.acceleration.kind.upper()}; its verifier's last lines are in the "
+                "freeze manifest)"
             )
             for score in self.manifest.oracle
             if not score.judges

@@ -258,7 +258,9 @@ class TaskSource(FrozenModel):
     prebuilt ``docker_image`` so the image is built from ``environment/`` for the guest's arch;
     ``verifier`` freezes what the verifier would install."""
 
-    LATE_FIELDS = frozenset({"build_from_environment", "verifier", "timing_sensitive"})
+    LATE_FIELDS = frozenset(
+        {"build_from_environment", "verifier", "timing_sensitive", "needs_network"}
+    )
 
     git: str | None = Field(default=None, pattern=r"^(https|ssh|file)://\S+$")
     commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{40}$")
@@ -277,6 +279,18 @@ class TaskSource(FrozenModel):
     # is recorded instead of failing it, and a lab whose oracle of the task did not score 1
     # cannot judge it: its cells' failures are indeterminate. Under KVM they are held strictly.
     timing_sensitive: tuple[Slug, ...] = ()
+    # Tasks that need a host the lab never reaches (its build clones a repository from GitHub,
+    # its solution downloads), each with the evidence: their image build and their oracle may
+    # fail without failing the deploy or the freeze, which name them; a lab whose oracle of
+    # the task did not score 1 cannot judge it. Under any acceleration: the lab is offline.
+    needs_network: dict[Slug, Annotated[str, Field(min_length=1)]] = Field(default_factory=dict)
+
+    def tolerated(self, emulated: bool) -> dict[str, str]:
+        """The tasks whose build or oracle may fail in this lab without stopping it, and why
+        (``emulated``: under QEMU TCG, where timing-sensitive tasks are tolerated too)."""
+        timing = dict.fromkeys(self.timing_sensitive, "timing-sensitive under emulation")
+        network = {task: f"needs the network: {why}" for task, why in self.needs_network.items()}
+        return {**(timing if emulated else {}), **network}
 
     @property
     def registry_images(self) -> tuple[RegistryImage, ...]:
@@ -317,10 +331,14 @@ class TaskSource(FrozenModel):
         return value
 
     @model_validator(mode="after")
-    def _timing_sensitive_are_tasks(self) -> TaskSource:
-        unknown = sorted(set(self.timing_sensitive) - set(self.ids))
-        if unknown:
-            raise ValueError(f"timing_sensitive: {', '.join(unknown)} not in ids")
+    def _tolerated_are_tasks(self) -> TaskSource:
+        for field_name, tasks in (
+            ("timing_sensitive", self.timing_sensitive),
+            ("needs_network", tuple(self.needs_network)),
+        ):
+            unknown = sorted(set(tasks) - set(self.ids))
+            if unknown:
+                raise ValueError(f"{field_name}: {', '.join(unknown)} not in ids")
         return self
 
     @model_validator(mode="after")
@@ -493,11 +511,13 @@ class Lock(FrozenModel):
         tasks), whatever its models, repeats, deadline or seed: what a resolution is made for.
         A harness's compiled caches are not in it: they change no artifact (provisioning makes
         them from the resolved ones), so asking for warm ones re-resolves nothing; they enter
-        the environment fingerprint instead (``with_environment``)."""
+        the environment fingerprint instead (``with_environment``). Nor is which tasks need the
+        network (what the deploy and the freeze let fail, each score saying so in the freeze
+        manifest): it changes no artifact."""
         environment = self.model_dump(
             mode="json",
             include={"schema_version", "guest", "tools", "harnesses", "tasks"},
-            exclude={"harnesses": {"__all__": {"compiled_cache"}}},
+            exclude={"harnesses": {"__all__": {"compiled_cache"}}, "tasks": {"needs_network"}},
         )
         return sha256_digest(canonical_json(environment))
 
