@@ -122,3 +122,21 @@ def test_a_local_task_source_still_works(tmp_path):
     assert (
         derivation.upstream_tree == derivation.derived_tree
     )  # FROM bench-base: tagged, not edited
+
+
+def test_a_build_timeout_multiplier_is_a_change_said_and_leaves_task_toml_as_it_was(
+    tb21, checkout, tmp_path
+):
+    root, _ = checkout
+    slower = tb21.tasks.model_copy(update={"environment_build_timeout_multiplier": 3.0})
+    task = root / "git-leak-recovery"
+    derivation = derive_task(task, tmp_path / "t", slower, "aarch64", "trixie")
+    plain = derive_task(task, tmp_path / "p", tb21.tasks, "aarch64", "trixie")
+    assert derivation.derived_tree == plain.derived_tree
+    assert derivation.settings.build_timeout_sec == 600.0  # task.toml's own
+    assert slower.build_timeout_sec(600.0) == 1800.0
+    assert derivation.changes == (
+        *plain.changes,
+        "task.toml: build_timeout_sec 600 s is 1800 s here (environment_build_timeout_multiplier "
+        "3, as Harbor's; the file is unchanged)",
+    )

@@ -224,7 +224,7 @@ def task_image(
     + image: the image's name
     + context: the task's environment/ directory in the guest
     + digest: of the task's files and the base image's inputs; a different one rebuilds it
-    + timeout_seconds: the task's own build_timeout_sec (task.toml)
+    + timeout_seconds: the task's build_timeout_sec (task.toml), times the lock's multiplier
     + mirror: the lab's package mirror
     """
     if host.get_fact(ImageLabel, image=image, label="bench.inputs") == digest:

@@ -8,10 +8,8 @@ userland) and each task image's build inputs.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 
 from deploy.guest import operations as guest
 from deploy.guest.base_images import built_base_images
@@ -30,7 +28,7 @@ from runner.core.roots import REPO_ROOT
 from runner.guest.agent_plan import AgentPlan, warm_script
 from runner.lab.layout import GUEST, GUEST_MIRROR_URL, GUEST_PROXY_URL
 from runner.lab.task_trees import derive_tasks
-from runner.spec.lock import Lock
+from runner.spec.lock import Lock, TaskSource
 from runner.spec.resolution import (
     BUILD_KINDS,
     PinnedArtifact,
@@ -117,7 +115,7 @@ class TaskImage:
     image: str
     context: str
     digest: str  # of the task's bundle and the base image's inputs
-    build_timeout_sec: float  # the task's own (task.toml)
+    build_timeout_sec: float  # the task's own (task.toml), times the lock's multiplier
     # Why the lock lets this image's build fail here (tasks.needs_network); "": it must build.
     tolerated: str = ""
 
@@ -246,7 +244,7 @@ def plan_guest(lock: Lock, lock_path: Path, lab: str) -> GuestPlan:
         image_inputs,
         tuple(image.digest for image in registry_images),
         tuple(a for a in resolution.artifacts if a.kind in BUILD_KINDS),
-        lock.tasks.needs_network,
+        lock.tasks,
     )
     return GuestPlan(
         debs=tuple(
@@ -425,14 +423,15 @@ def _image_inputs(lock: Lock, resolution: Resolution, verifier: Bundle | None) -
 def _task_images(
     tasks: tuple[tuple[Bundle, TaskDerivation], ...],
     image_inputs: str,
-    registry_digests: tuple[str, ...] = (),
-    recorded: tuple[PinnedArtifact, ...] = (),
-    needs_network: Mapping[str, str] = MappingProxyType({}),
+    registry_digests: tuple[str, ...],
+    recorded: tuple[PinnedArtifact, ...],
+    source: TaskSource,
 ) -> tuple[TaskImage, ...]:
     """One image per task, rebuilt when its bundle, a base image's inputs (the local ones'
     inputs, the registry ones' digests) or what its recorded build took change; a lock without
     registry images or recorded builds keeps the digests its guests' images were labelled with.
-    A task that needs the network may fail its build (``needs_network``: task -> why)."""
+    Each build's timeout is the lock's for it (``source``), and a task that needs the network
+    may fail its build."""
     images = []
     for task, derivation in tasks:
         took = sorted(a.sha256 for a in recorded if derivation.id in a.tasks)
@@ -443,8 +442,8 @@ def _task_images(
                 image=GUEST.task_image(derivation.id),
                 context=f"{task.dest}/environment",
                 digest=sha256_digest(canonical_json([*inputs, *([took] if took else [])])),
-                build_timeout_sec=derivation.settings.build_timeout_sec,
-                tolerated=needs_network.get(derivation.id, ""),
+                build_timeout_sec=source.build_timeout_sec(derivation.settings.build_timeout_sec),
+                tolerated=source.needs_network.get(derivation.id, ""),
             )
         )
     return tuple(images)

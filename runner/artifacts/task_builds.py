@@ -186,12 +186,10 @@ def record_task_builds(
         for task in tasks:
             work = CachePaths.default().tmp / "recorded-builds" / task.id
             record = partial(recording_mirror, resolution_file, mirror_port, work, task.id)
+            timeout = lock.tasks.build_timeout_sec(task.settings.build_timeout_sec)
             try:
                 with record("build", sources) as (_, build_record):
-                    result = connected.exec(
-                        build_command(task.id, task.settings.build_timeout_sec),
-                        timeout=task.settings.build_timeout_sec + 120,
-                    )
+                    result = connected.exec(build_command(task.id, timeout), timeout=timeout + 120)
                 build = Recorded(*read_record(build_record))
                 last = " | ".join(line.strip() for line in result.stdout.strip().splitlines())
                 if result.exit_code != 0:

@@ -61,7 +61,10 @@ def failure_line(log: str, status: int | None, timeout_seconds: float | None = N
     """The one line that says why a build failed."""
     if status == TIMED_OUT:
         limit = f" ({timeout_seconds:g} s)" if timeout_seconds else ""
-        return f"stopped: ran past task.toml's build_timeout_sec{limit}"
+        return (
+            f"stopped: ran past its build timeout{limit} (task.toml's build_timeout_sec, times "
+            "the lock's tasks.environment_build_timeout_multiplier)"
+        )
     text = _ANSI.sub("", log)
     if dpkg := _dpkg_script_error(text):
         return dpkg[:300]

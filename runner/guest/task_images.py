@@ -18,6 +18,6 @@ class TaskImageBuild(FrozenModel):
     image: str
     # The digest of the image's inputs: the image's ``bench.inputs`` label once built from them.
     inputs_digest: str
-    build_timeout_sec: float  # the task's own (task.toml)
+    build_timeout_sec: float  # the task's own (task.toml), times the lock's multiplier
     # Why the lock lets this build fail here (tasks.needs_network); "": it must build.
     tolerated: str = ""

@@ -259,7 +259,13 @@ class TaskSource(FrozenModel):
     ``verifier`` freezes what the verifier would install."""
 
     LATE_FIELDS = frozenset(
-        {"build_from_environment", "verifier", "timing_sensitive", "needs_network"}
+        {
+            "build_from_environment",
+            "verifier",
+            "timing_sensitive",
+            "needs_network",
+            "environment_build_timeout_multiplier",
+        }
     )
 
     git: str | None = Field(default=None, pattern=r"^(https|ssh|file)://\S+$")
@@ -284,6 +290,15 @@ class TaskSource(FrozenModel):
     # fail without failing the deploy or the freeze, which name them; a lab whose oracle of
     # the task did not score 1 cannot judge it. Under any acceleration: the lab is offline.
     needs_network: dict[Slug, Annotated[str, Field(min_length=1)]] = Field(default_factory=dict)
+    # Harbor's own environment_build_timeout_multiplier: each task's build_timeout_sec times it,
+    # in the deploy's build and the recording's. A task.toml's figure is for a native build;
+    # under emulation (QEMU TCG here) an apt-get install runs many times slower. Each task
+    # derived under it says so.
+    environment_build_timeout_multiplier: float = Field(default=1.0, gt=0)
+
+    def build_timeout_sec(self, own: float) -> float:
+        """A task's build timeout in this lab, from its task.toml's ``own``."""
+        return own * self.environment_build_timeout_multiplier
 
     def tolerated(self, emulated: bool) -> dict[str, str]:
         """The tasks whose build or oracle may fail in this lab without stopping it, and why
@@ -513,11 +528,14 @@ class Lock(FrozenModel):
         them from the resolved ones), so asking for warm ones re-resolves nothing; they enter
         the environment fingerprint instead (``with_environment``). Nor is which tasks need the
         network (what the deploy and the freeze let fail, each score saying so in the freeze
-        manifest): it changes no artifact."""
+        manifest), nor how long a build may take: they change no artifact."""
         environment = self.model_dump(
             mode="json",
             include={"schema_version", "guest", "tools", "harnesses", "tasks"},
-            exclude={"harnesses": {"__all__": {"compiled_cache"}}, "tasks": {"needs_network"}},
+            exclude={
+                "harnesses": {"__all__": {"compiled_cache"}},
+                "tasks": {"needs_network", "environment_build_timeout_multiplier"},
+            },
         )
         return sha256_digest(canonical_json(environment))
 

@@ -69,15 +69,23 @@ def derive_task(
     ``arch`` and ``suite`` are the guest's (its Debian is the local substitute's)."""
     shutil.copytree(upstream, derived, symlinks=True)
     uses = _base_image_uses(derived, source, suite)
+    settings = read_task_settings(derived)
     changes = [*_prebuilt_image_dropped(derived, source, arch), *_base_images(uses)]
     if source.verifier is not None:
         changes.append(_verifier_line(source))
+    if (multiplier := source.environment_build_timeout_multiplier) != 1:
+        own = settings.build_timeout_sec
+        changes.append(
+            f"task.toml: build_timeout_sec {own:g} s is {source.build_timeout_sec(own):g} s here "
+            f"(environment_build_timeout_multiplier {multiplier:g}, as Harbor's; the file is "
+            "unchanged)"
+        )
     return TaskDerivation(
         id=upstream.name,
         upstream_tree=tree_digest(upstream),
         derived_tree=tree_digest(derived),
         changes=tuple(changes),
-        settings=read_task_settings(derived),
+        settings=settings,
         base_images=uses,
     )
 
