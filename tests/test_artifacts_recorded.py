@@ -1,7 +1,8 @@
 """A committed resolution is authoritative: against a loopback package index that gains a newer
 dependency, ``runner resolve`` fetches the recorded wheel and leaves the file byte-identical;
-``--update`` takes the newer one, says so, and the environment fingerprint moves, so a lab
-frozen for the old one is refused by ``runner execute``'s identity check.
+``--update`` keeps it while the lock allows it and moves it when the lock's change needs it
+moved; ``--update --upgrade`` takes the newer one, says so, and the environment fingerprint
+moves, so a lab frozen for the old one is refused by ``runner execute``'s identity check.
 
 Scope: the lock resolves its ``wheels`` section only (Harbor and its dependency from the
 loopback index, via the lock's ``tools.python_index``). Debian is stubbed to a glibc version
@@ -170,7 +171,11 @@ def test_recorded_wins_until_update(index: LoopbackIndex, lock_path: Path, tmp_p
     platformdirs = next(a for a in old.artifacts if a.name == "platformdirs")
     assert _cache(tmp_path, "b").blob(platformdirs.sha256.removeprefix("sha256:")).is_file()
 
-    updated = update_resolution(lock_path, _cache(tmp_path, "b"), WHEELS)
+    # --update starts from the recorded pins: nothing in the lock asks for the newer one.
+    kept = update_resolution(lock_path, _cache(tmp_path, "b"), WHEELS)
+    assert "no change" in kept and resolved.read_bytes() == recorded
+
+    updated = update_resolution(lock_path, _cache(tmp_path, "b"), WHEELS, upgrade=True)
     new = _resolution(lock_path)
     assert "wheel:platformdirs 4.14.8 -> 4.14.9" in updated
     assert _wheel_versions(new)["platformdirs"] == "4.14.9"
@@ -179,6 +184,32 @@ def test_recorded_wins_until_update(index: LoopbackIndex, lock_path: Path, tmp_p
         updated[-1] == f"environment {old.environment_fingerprint} -> {new.environment_fingerprint}"
     )
     assert "no change" in update_resolution(lock_path, _cache(tmp_path, "b"), WHEELS)
+
+
+@pytest.mark.parametrize(
+    ("newer_harbor_requires", "platformdirs"),
+    [("platformdirs>=4", "4.14.8"), ("platformdirs>=4.14.9", "4.14.9")],
+)
+def test_an_update_moves_a_kept_pin_only_when_the_locks_change_needs_it_moved(
+    index: LoopbackIndex,
+    lock_path: Path,
+    tmp_path: Path,
+    newer_harbor_requires: str,
+    platformdirs: str,
+) -> None:
+    # The lock now asks for a newer Harbor; the newer platformdirs is taken only when that
+    # Harbor needs it (the kept pin cannot hold: pip chooses afresh, and says what moved).
+    update_resolution(lock_path, _cache(tmp_path, "a"), WHEELS)
+    index.publish("platformdirs", "4.14.9")
+    harbor = load_lock(lock_path).tools.harbor
+    newer = harbor.rsplit(".", 1)[0] + "." + str(int(harbor.rsplit(".", 1)[1]) + 1)
+    index.publish("harbor", newer, requires=newer_harbor_requires)
+    lock_path.write_text(
+        lock_path.read_text().replace(f'harbor = "{harbor}"', f'harbor = "{newer}"')
+    )
+    moved = update_resolution(lock_path, _cache(tmp_path, "a"), WHEELS)
+    assert f"wheel:harbor {harbor} -> {newer}" in moved
+    assert _wheel_versions(_resolution(lock_path))["platformdirs"] == platformdirs
 
 
 def test_recorded_bytes_differing_on_the_index_fail_closed(
@@ -214,7 +245,7 @@ def test_execute_refuses_a_lab_frozen_before_a_dependency_moved(
     manifest = SimpleNamespace(environment_fingerprint=old)
     check_identities(open_run(lock_path, tmp_path / "run-1"), lab, manifest)  # type: ignore[arg-type]
     index.publish("platformdirs", "4.14.9")
-    update_resolution(lock_path, _cache(tmp_path, "a"), WHEELS)
+    update_resolution(lock_path, _cache(tmp_path, "a"), WHEELS, upgrade=True)
     run = open_run(lock_path, tmp_path / "run-2")
     assert (
         run.paths.resolution.read_bytes() == lock_path.with_name("loop.resolved.json").read_bytes()
@@ -255,6 +286,7 @@ def test_cli_refusal_is_one_line(lock_path: Path) -> None:
             ["--update", "--lab", "tb20", "--task", "no-such-task"],
             "no task no-such-task in the lock's [tasks]",
         ),
+        (["--upgrade"], "--upgrade chooses every pin afresh in an update: give it with --update"),
     ],
 )
 def test_a_task_to_record_is_one_of_the_locks_and_goes_with_a_lab(

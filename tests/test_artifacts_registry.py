@@ -20,7 +20,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from runner.artifacts.resolver import Resolved, Section, UnavailableArtifacts, resolve_lock
+from runner.artifacts.resolver import (
+    KeptPins,
+    Resolved,
+    Section,
+    UnavailableArtifacts,
+    resolve_lock,
+)
 from runner.artifacts.wheels import plan_wheels
 from runner.cache.paths import CachePaths
 from runner.cache.store import ArtifactStore
@@ -135,6 +141,21 @@ def test_pi_package_from_its_pinned_tarball_joins_the_harness_tree(tmp_path: Pat
     assert lockfile["packages"]["node_modules/pi-bench-demo"]["resolved"] == (
         "file:tarballs/pi-bench-demo-0.1.0.tgz"
     )
+
+
+@pytest.mark.registry
+def test_an_update_starts_from_the_recorded_lockfile_and_keeps_it(tmp_path: Path) -> None:
+    # The registry has newer releases in the tree's ranges (7 of tb21's were, 2026-12-07):
+    # started from the committed lockfile, npm moves none of them.
+    lock = load_lock(LOCKS / "tb21.toml")
+    recorded = (LOCKS / "tb21.lockfiles" / "bare-pi.package-lock.json").read_bytes()
+    kept = KeptPins(lockfiles={"bare-pi": recorded})
+    console = Console(quiet=True)
+    resolved = asyncio.run(
+        resolve_lock(lock, REPO, CachePaths(tmp_path), console, frozenset({"harnesses"}), kept)
+    )
+    (tree,) = resolved.resolution.harness_trees
+    assert ArtifactStore(CachePaths(tmp_path)).blob(tree.lockfile).read_bytes() == recorded
 
 
 @pytest.mark.usefixtures("registries")

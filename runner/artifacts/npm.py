@@ -148,9 +148,12 @@ async def plan_tree(
     paths_root: Path,
     store: ArtifactStore,
     packed: Mapping[str, Packed],
+    kept: bytes | None = None,
 ) -> Plan:
     """The tree's packages for the guest; its pins were checked by ``tree_pin_problems``. A git
-    package's dependencies are held at its own lockfile's versions (runner.artifacts.git)."""
+    package's dependencies are held at its own lockfile's versions (runner.artifacts.git).
+    ``kept``: the tree's lockfile from an earlier resolution, which npm starts from: it moves
+    only what the packages' new pins need moved."""
     plan = Plan()
     pinned = pinned_tarballs(tree, paths_root, packed, store)
     by_source = {tarball.package.source: tarball.spec for tarball in pinned}
@@ -158,7 +161,7 @@ async def plan_tree(
     ours = [packed[p.source] for p in tree.packages if p.source in packed]
     overrides = {item.record.name: item.overrides for item in ours if item.overrides}
     lockfile_bytes = await _npm_lockfile(
-        specs, pinned, overrides, platform, tree.harness or "tools"
+        specs, pinned, overrides, platform, tree.harness or "tools", kept
     )
     lockfile = json.loads(lockfile_bytes)
     for parent, missing, spec in missing_platform_packages(lockfile, platform):
@@ -222,15 +225,19 @@ async def _npm_lockfile(
     overrides: dict[str, dict[str, Any]],
     platform: GuestPlatform,
     label: str,
+    kept: bytes | None = None,
 ) -> bytes:
     """npm's lockfile for ``specs``; ``tarballs`` are copied to where their specs point, and
-    ``overrides`` (package -> name -> version) hold versions inside a package's subtree."""
+    ``overrides`` (package -> name -> version) hold versions inside a package's subtree;
+    ``kept`` is the lockfile npm starts from."""
     with tempfile.TemporaryDirectory(prefix=f"npm-tree-{label}-") as workdir:
         directory = Path(workdir)
         package_json: dict[str, Any] = {"name": label, "private": True}
         if overrides:
             package_json["overrides"] = overrides
         (directory / "package.json").write_text(json.dumps(package_json))
+        if kept is not None:
+            (directory / "package-lock.json").write_bytes(kept)
         for tarball in tarballs:
             target = directory / tarball.spec.removeprefix("file:")
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -8,8 +8,8 @@ before any VM is touched.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
-from dataclasses import dataclass
+from collections.abc import Coroutine, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,6 +39,7 @@ from runner.core.errors import RunnerError
 from runner.spec.lock import Lock
 from runner.spec.platform import GuestPlatform
 from runner.spec.resolution import (
+    ArtifactKind,
     GitPackage,
     HarnessTree,
     PinnedArtifact,
@@ -63,6 +64,23 @@ class UnavailableArtifacts(RunnerError):
 
 
 @dataclass(frozen=True)
+class KeptPins:
+    """What an earlier resolution pinned, for an update to start from (``runner resolve
+    --update``): each harness tree's lockfile, and each wheel's ``name==version`` by kind."""
+
+    lockfiles: Mapping[str, bytes] = field(default_factory=dict)
+    wheels: Mapping[ArtifactKind, tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, artifacts: Iterable[PinnedArtifact], lockfiles: Mapping[str, bytes]) -> KeptPins:
+        wheels: dict[ArtifactKind, list[str]] = {}
+        for artifact in artifacts:
+            if artifact.kind in ("wheel", "verifier-wheel"):
+                wheels.setdefault(artifact.kind, []).append(f"{artifact.name}=={artifact.version}")
+        return cls(lockfiles, {kind: tuple(pins) for kind, pins in wheels.items()})
+
+
+@dataclass(frozen=True)
 class Resolved:
     resolution: Resolution
     report: FetchReport
@@ -78,8 +96,12 @@ async def resolve_lock(
     paths: CachePaths,
     console: Console,
     sections: frozenset[Section] = ALL_SECTIONS,
+    kept: KeptPins | None = None,
 ) -> Resolved:
-    """Resolve ``sections`` of the lock for its guest; a partial resolution is for tests only."""
+    """Resolve ``sections`` of the lock for its guest; a partial resolution is for tests only.
+    ``kept``: start from an earlier resolution's pins, moving only what the lock now needs
+    moved (else every pin is chosen afresh)."""
+    kept = kept or KeptPins()
     platform = GuestPlatform(lock.guest.arch)
     store = ArtifactStore(paths)
     trees = _npm_trees(lock, sections)
@@ -108,11 +130,15 @@ async def resolve_lock(
             checks, [*([fetched] if isinstance(fetched, str) else []), *unpacked]
         )
         tasks = () if isinstance(fetched, str) else fetched
-        steps = [plan_tree(tree, registry, platform, paths_root, store, packed) for tree in trees]
+        steps = [
+            plan_tree(tree, registry, platform, paths_root, store, packed,
+                      kept.lockfiles.get(tree.harness) if tree.harness else None)
+            for tree in trees
+        ]  # fmt: skip
         if "tools" in sections:
             steps.append(plan_node(lock.tools.node, registry, platform))
         if sections & {"debs", "wheels"}:
-            steps.append(_plan_debs_and_wheels(lock, platform, paths, sections))
+            steps.append(_plan_debs_and_wheels(lock, platform, paths, sections, kept))
         plan = Plan()
         for section_plan in await asyncio.gather(*steps):
             plan.merge(section_plan)
@@ -211,8 +237,9 @@ def _npm_trees(lock: Lock, sections: frozenset[Section]) -> list[NpmTree]:
 
 
 async def _plan_debs_and_wheels(
-    lock: Lock, platform: GuestPlatform, paths: CachePaths, sections: frozenset[Section]
-) -> Plan:
+    lock: Lock, platform: GuestPlatform, paths: CachePaths, sections: frozenset[Section],
+    kept: KeptPins,
+) -> Plan:  # fmt: skip
     """Debian first: the suite's glibc says which manylinux wheels run on the guest."""
     verifier = lock.tasks.verifier
     task_debs = verifier.debs if verifier else ()
@@ -225,10 +252,15 @@ async def _plan_debs_and_wheels(
     if "wheels" in sections:
         index, glibc = lock.tools.python_index, debian.glibc_minor
         harbor = (f"harbor=={lock.tools.harbor}",)
-        plan.merge(await plan_wheels(harbor, index, platform, glibc))
+        plan.merge(
+            await plan_wheels(harbor, index, platform, glibc, "wheel", kept.wheels.get("wheel", ()))
+        )
         if verifier and verifier.requirements:
             requirements = verifier.requirements
-            plan.merge(await plan_wheels(requirements, index, platform, glibc, "verifier-wheel"))
+            pins = kept.wheels.get("verifier-wheel", ())
+            plan.merge(
+                await plan_wheels(requirements, index, platform, glibc, "verifier-wheel", pins)
+            )
     return plan
 
 

@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 
 import aiohttp
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from runner.artifacts.fetch import Wanted
 from runner.artifacts.http import get_json
@@ -36,8 +38,30 @@ async def plan_wheels(
     platform: GuestPlatform,
     glibc_minor: int,
     kind: ArtifactKind = "wheel",
+    kept: tuple[str, ...] = (),
 ) -> Plan:
-    """The wheels pip installs for ``requirements`` on the guest, as ``kind`` artifacts."""
+    """The wheels pip installs for ``requirements`` on the guest, as ``kind`` artifacts.
+    ``kept`` (``name==version``, what an earlier resolution pinned) are pip constraints: each
+    stays where the requirements still allow it; when they no longer can all hold together,
+    pip chooses afresh. A project the requirements name is never held: the lock says it."""
+    named = {canonicalize_name(Requirement(line).name) for line in requirements}
+    kept = tuple(pin for pin in kept if canonicalize_name(Requirement(pin).name) not in named)
+    if kept:
+        try:
+            return await _planned_wheels(requirements, index, platform, glibc_minor, kind, kept)
+        except ToolFailed:
+            pass  # the requirements moved past a kept pin: resolved afresh, every change listed
+    return await _planned_wheels(requirements, index, platform, glibc_minor, kind, ())
+
+
+async def _planned_wheels(
+    requirements: tuple[str, ...],
+    index: str,
+    platform: GuestPlatform,
+    glibc_minor: int,
+    kind: ArtifactKind,
+    kept: tuple[str, ...],
+) -> Plan:
     plan = Plan()
     requirement = " ".join(requirements)
     python_tag = "cp" + GUEST_PYTHON.replace(".", "")
@@ -46,6 +70,8 @@ async def plan_wheels(
     ]
     with tempfile.TemporaryDirectory(prefix="pip-report-") as workdir:
         report_path = Path(workdir) / "report.json"
+        constraints = Path(workdir) / "kept.txt"
+        constraints.write_text("".join(f"{pin}\n" for pin in kept))
         try:
             await run_tool(
                 [
@@ -53,7 +79,8 @@ async def plan_wheels(
                     "--target", str(Path(workdir) / "target"), "--report", str(report_path),
                     "--only-binary=:all:", "--python-version", GUEST_PYTHON,
                     "--implementation", "cp", "--abi", python_tag, "--abi", "abi3",
-                    "--abi", "none", *platforms, "--index-url", index, *requirements,
+                    "--abi", "none", *platforms, "--index-url", index,
+                    "--constraint", str(constraints), *requirements,
                 ],
                 f"pip wheels for {requirement}",
                 env=pip_env(),

@@ -2,14 +2,18 @@
 
 The resolution file is authoritative: ``runner resolve LOCK`` fetches its artifacts (URL, size
 and sha256 as recorded) into the host cache and never asks a resolver or rewrites the file; a
-resolution that does not cover the lock any more is refused. ``--update`` resolves afresh,
-writes the resolution (and the harness trees' lockfiles beside it) and prints what changed,
-package by package. ``--lab LAB`` (a provisioned lab of this lock) builds each task's image once
-against the recording mirror (runner.artifacts.task_builds), runs its oracle on it, and records
-what each build and trial took beyond the frozen set under that task into the resolution as it
-stands (nothing else is resolved again; with ``--update``, into the fresh one), so every later
-build and cell is served it offline (``--task ID``: only those tasks). What earlier recordings
-took is kept by a plain ``--update``. ``--check`` resolves afresh and compares, leaving the file
+resolution that does not cover the lock any more is refused. ``--update`` resolves again from
+the recorded pins, as a lockfile tool does: npm starts from each harness tree's lockfile, pip
+holds each wheel at its version by a constraint while the lock still allows it, so only what
+the lock's change needs moves (``--upgrade``: every npm and wheel pin afresh; Debian packages
+are always the suite's current ones). It writes the resolution (and the harness trees'
+lockfiles beside it) and prints what changed, package by package. ``--lab LAB`` (a provisioned
+lab of this lock) builds each task's image once against the recording mirror
+(runner.artifacts.task_builds), runs its oracle on it, and records what each build and trial
+took beyond the frozen set under that task into the resolution as it stands (nothing else is
+resolved again; with ``--update``, into the updated one), so every later build and cell is
+served it offline (``--task ID``: only those tasks). What earlier recordings took is kept by a
+plain ``--update``. ``--check`` resolves afresh (from no pins) and compares, leaving the file
 as it is.
 
 Exit codes: 0 fetched (or updated, or with --check, matching); 1 an artifact its source does
@@ -28,7 +32,7 @@ from rich.console import Console
 
 from runner.artifacts.recorded import fetch_recorded
 from runner.artifacts.recording import carried_records, merge_recorded
-from runner.artifacts.resolver import ALL_SECTIONS, Section, resolve_lock
+from runner.artifacts.resolver import ALL_SECTIONS, KeptPins, Section, resolve_lock
 from runner.artifacts.task_builds import lab_guest, record_task_builds, suite_packages
 from runner.cache.paths import CachePaths
 from runner.cache.store import ArtifactStore
@@ -53,7 +57,14 @@ from runner.spec.resolution import (
 @click.option(
     "--update",
     is_flag=True,
-    help="Resolve afresh from the sources, write the resolution and print what changed.",
+    help="Resolve again from the sources, starting from the recorded pins (each harness "
+    "tree's lockfile, each wheel's version): only what the lock now needs moved moves. Writes "
+    "the resolution and prints what changed.",
+)
+@click.option(
+    "--upgrade",
+    is_flag=True,
+    help="With --update: choose every npm and wheel pin afresh (their newest the lock allows).",
 )
 @click.option(
     "--check",
@@ -65,7 +76,7 @@ from runner.spec.resolution import (
     "--lab",
     help="Build each task's image once in this provisioned lab against the recording mirror, "
     "run its oracle on it, and record what the build and the trial took beyond the frozen set "
-    "into the resolution as it stands (with --update: into a fresh one); minutes per task "
+    "into the resolution as it stands (with --update: into the updated one); minutes per task "
     "under emulation.",
 )
 @click.option(
@@ -76,17 +87,24 @@ from runner.spec.resolution import (
     help="With --lab: record only this task (repeatable); the others keep what they recorded.",
 )
 def resolve_command(
-    lock_path: Path, update: bool, check: bool, lab: str | None, task_ids: tuple[str, ...]
+    lock_path: Path,
+    update: bool,
+    upgrade: bool,
+    check: bool,
+    lab: str | None,
+    task_ids: tuple[str, ...],
 ) -> None:
     """Fetch LOCK's recorded artifacts for its guest into the host cache (--update: re-resolve)."""
     if update and check:
         raise InputError("give --update or --check, not both")
+    if upgrade and not update:
+        raise InputError("--upgrade chooses every pin afresh in an update: give it with --update")
     if lab is not None and check:
         raise InputError("--lab records into the resolution: give it without --check")
     if task_ids and lab is None:
         raise InputError("--task chooses which tasks --lab records: give it with --lab")
     if update:
-        lines = update_resolution(lock_path, lab=lab, task_ids=task_ids)
+        lines = update_resolution(lock_path, lab=lab, task_ids=task_ids, upgrade=upgrade)
     elif lab is not None:
         lines = record_resolution(lock_path, lab, task_ids)
     elif check:
@@ -120,15 +138,18 @@ def update_resolution(
     sections: frozenset[Section] = ALL_SECTIONS,
     lab: str | None = None,
     task_ids: tuple[str, ...] = (),
+    upgrade: bool = False,
 ) -> list[str]:
-    """Resolve afresh, write the resolution and its lockfiles; one line per change. With a
-    ``lab``, each task's build and trial are then recorded into it (a line per task)."""
+    """Resolve again, write the resolution and its lockfiles; one line per change. The pins
+    the resolution records are where it starts (``upgrade``: every pin is chosen afresh). With
+    a ``lab``, each task's build and trial are then recorded into it (a line per task)."""
     lock = load_lock(lock_path)
     _known_tasks(lock_path, lock, task_ids)
     path = resolution_path(lock_path, lock)
     previous = read_model(path, RecordedContent) if path.is_file() else None
     paths = paths or CachePaths.default()
-    resolution, summary = _resolve(lock_path, paths, sections, previous)
+    kept = None if previous is None or upgrade else _kept_pins(path, previous)
+    resolution, summary = _resolve(lock_path, paths, sections, previous, kept)
     _write_lockfiles(path, resolution, ArtifactStore(paths))
     write_model(path, resolution)
     recorded_lines: list[str] = []
@@ -150,6 +171,16 @@ def record_resolution(
     previous = load_resolution(path, lock, lock_path)
     resolution, lines = _recorded_in_lab(lock, path, previous, lab, task_ids, paths)
     return [fetched[0], *lines, *_changed(lock, path, previous, resolution)]
+
+
+def _kept_pins(path: Path, previous: RecordedContent) -> KeptPins:
+    """The recorded resolution's pins: its wheels, and the lockfiles written beside it."""
+    lockfiles = {
+        tree.harness: lockfile_path(path, tree.harness).read_bytes()
+        for tree in previous.harness_trees
+        if lockfile_path(path, tree.harness).is_file()
+    }
+    return KeptPins.of(previous.artifacts, lockfiles)
 
 
 def _known_tasks(lock_path: Path, lock: Lock, task_ids: tuple[str, ...]) -> None:
@@ -205,11 +236,13 @@ def _resolve(
     paths: CachePaths,
     sections: frozenset[Section],
     previous: RecordedContent | Resolution | None,
+    kept: KeptPins | None = None,
 ) -> tuple[Resolution, str]:
-    """A fresh resolution, keeping what ``previous`` recorded of the lock's tasks' builds."""
+    """A resolution from the sources (starting from the ``kept`` pins, else afresh), keeping
+    what ``previous`` recorded of the lock's tasks' builds."""
     started = time.monotonic()
     lock = load_lock(lock_path)
-    resolved = asyncio.run(resolve_lock(lock, REPO_ROOT, paths, _console(), sections))
+    resolved = asyncio.run(resolve_lock(lock, REPO_ROOT, paths, _console(), sections, kept))
     carried = carried_records(previous.artifacts if previous else (), lock.tasks.ids)
     seconds = time.monotonic() - started
     summary = (
