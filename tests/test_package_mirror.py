@@ -34,7 +34,6 @@ from runner.lab.mirror import (
     Upstream,
     read_requests,
     running_mirror,
-    simple_page,
     start_server,
 )
 from runner.spec.resolution import PinnedArtifact, Resolution, ResolverTools
@@ -207,8 +206,8 @@ def mirror_in_process(resolution: Path, log: Path, upstream: Upstream | None) ->
 
 
 class BlockingUpstream:
-    """A recording's upstream whose project pages are held until ``release`` is set, as a slow
-    fetch from PyPI is (RecordingUpstream's methods block)."""
+    """A recording's upstream whose project listings are held until ``release`` is set, as a
+    slow fetch from PyPI is (RecordingUpstream's methods block)."""
 
     def __init__(self) -> None:
         self.entered = threading.Semaphore(0)
@@ -220,10 +219,10 @@ class BlockingUpstream:
     def file(self, kind: str, name: str) -> bytes | None:
         return None
 
-    def project_page(self, name: str) -> bytes | None:
+    def project_files(self, name: str) -> list[tuple[str, str]] | None:
         self.entered.release()
         self.release.wait(timeout=60)
-        return simple_page([(f"{name}-1.0.tar.gz", "sha256:" + "0" * 64)])
+        return [(f"{name}-1.0.tar.gz", "sha256:" + "0" * 64)]
 
     def archive_file(self, path: str) -> bytes | None:
         return None

@@ -34,6 +34,7 @@ from tests.support.upstream_standin import (
     SOURCE_NAME,
     WHEEL_NAME,
     Upstream,
+    built_wheel,
     upstream_standin,
 )
 
@@ -174,6 +175,42 @@ def test_outside_the_frozen_set_named_then_recorded_then_served_offline_byte_ide
     (got,) = (offline / "got").glob("bench-extra_*_all.deb")
     assert got.read_bytes() == deb
     assert (offline / "got" / WHEEL_NAME).read_bytes() == wheel
+
+
+def test_a_project_the_frozen_set_has_at_another_version_is_recorded_at_the_one_asked_for(
+    tmp_path: Path, resolution_file: Path
+) -> None:
+    """The frozen set has bench-extra 1.0 (as Harbor's requests); a trial pins 2.0: the
+    recording offers both, records 2.0, and the lab's mirror then serves both offline."""
+    frozen_wheel = built_wheel("1.0")
+    digest = ArtifactStore(CachePaths.default()).add_bytes(frozen_wheel, "bench_extra-1.0.whl")
+    held = PinnedArtifact.model_validate(
+        {"kind": "wheel", "name": "bench-extra", "version": "1.0",
+         "url": "https://pypi.example/bench_extra-1.0-py3-none-any.whl",
+         "filename": "bench_extra-1.0-py3-none-any.whl", "sha256": digest,
+         "size": len(frozen_wheel)}
+    )  # fmt: skip
+    # Merged as a recording is, so the fingerprint is the one its artifacts give.
+    write_model(
+        resolution_file, merge_recorded(read_model(resolution_file, Resolution), (held,), ())
+    )
+    with (
+        upstream_standin(tmp_path) as upstream,
+        recording_at(resolution_file, upstream, tmp_path / "rec", phase="trial") as recording,
+    ):
+        pip = pip_download(recording[0], tmp_path / "rec", "bench-extra==2.0")
+    record = recording[2]
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    served, _ = read_record(record)
+    assert [(a.kind, a.version) for a in served] == [("trial-python", "2.0")]
+    write_model(
+        resolution_file,
+        merge_recorded(read_model(resolution_file, Resolution), served, (TASK,)),
+    )
+    with lab_mirror_at(resolution_file, tmp_path / "offline") as mirror:
+        for version in ("1.0", "2.0"):
+            got = pip_download(mirror, tmp_path / "offline", f"bench-extra=={version}")
+            assert got.returncode == 0, got.stdout + got.stderr
 
 
 def test_a_source_package_of_a_suite_the_task_names_is_recorded_by_path_then_served_offline(

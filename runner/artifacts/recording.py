@@ -6,10 +6,10 @@ learn what a task's image build and its trial need, ``runner resolve LOCK --lab 
 and runs its oracle once against this mirror instead (runner.artifacts.task_builds): apt's flat
 index is the frozen set's stanzas followed by the guest suite's own (from apt's signature-
 checked lists), so a ``Filename: pool/...`` apt asks for is fetched from the Debian mirror and
-must match the index's SHA256 and size; a PyPI project the set lacks is served as a simple-index
-page made from the upstream's PEP 691 JSON, and the file pip or uv then takes is fetched and
-must match the sha256 the upstream listed. Each file is added to the artifact store and recorded
-as a ``build-*`` or ``trial-*`` artifact (``--phase``) of the task (``tasks``);
+must match the index's SHA256 and size; a PyPI project's simple-index page lists the set's files
+and the upstream's (from its PEP 691 JSON), and a file pip or uv then takes that the set lacks is
+fetched and must match the sha256 the upstream listed. Each file is added to the artifact store
+and recorded as a ``build-*`` or ``trial-*`` artifact (``--phase``) of the task (``tasks``);
 ``merge_recorded`` puts the record into the resolution. Nothing is recorded that was not served,
 and a fetch that fails is a 404 to the build, its error in the record.
 
@@ -45,7 +45,7 @@ from runner.cache.store import ArtifactStore
 from runner.core.errors import RunnerError, describe_validation_error
 from runner.core.models import FrozenModel, updated
 from runner.core.signals import take_sigterm
-from runner.lab.mirror import serve, simple_page
+from runner.lab.mirror import serve
 from runner.spec.resolution import RECORDED_KINDS, ArtifactKind, PinnedArtifact, Resolution
 
 _T = TypeVar("_T")
@@ -152,7 +152,7 @@ class RecordingUpstream:
             return self.upstream_packages
         return frozen.rstrip(b"\n") + b"\n\n" + self.upstream_packages
 
-    def project_page(self, name: str) -> bytes | None:
+    def project_files(self, name: str) -> list[tuple[str, str]] | None:
         files = _project_files(self.python_index, name)
         if not files:
             return None
@@ -171,7 +171,7 @@ class RecordingUpstream:
                     name, version,
                 )  # fmt: skip
             listed.append((filename, f"sha256:{sha256}"))
-        return simple_page(listed)
+        return listed
 
     def file(self, kind: str, name: str) -> bytes | None:
         deb_kind, python_kind, _ = PHASE_KINDS[self.record.phase]

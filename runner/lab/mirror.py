@@ -109,8 +109,9 @@ class Upstream(Protocol):
     def file(self, kind: str, name: str) -> bytes | None:
         """A deb (its index path) or a PyPI file the frozen set lacks, fetched and recorded."""
 
-    def project_page(self, name: str) -> bytes | None:
-        """The simple-index page of a project the frozen set lacks (None: upstream has none)."""
+    def project_files(self, name: str) -> list[tuple[str, str]] | None:
+        """A project's files on the upstream index, ``(filename, sha256)`` each (None: it has
+        none); any of them is then fetched and recorded when asked for."""
 
     def archive_file(self, path: str) -> bytes | None:
         """A file of the Debian archive by its path on the Debian mirror, fetched and recorded
@@ -307,11 +308,15 @@ class Mirror:
                 False,
             )
         name = project_name(parts[0])
-        files = self.frozen.projects.get(name)
-        if files is None:
-            page = self.upstream.project_page(name) if self.upstream is not None else None
-            return page, f"pypi:{name}", True
-        return simple_page((f.filename, f.sha256) for f in files), f"pypi:{name}", False
+        frozen = [(f.filename, f.sha256) for f in self.frozen.projects.get(name, ())]
+        # Recording: the upstream's files too, also of a project the set has at another
+        # version (a trial's `pip install requests==2.32.5` beside Harbor's requests).
+        upstream = self.upstream.project_files(name) if self.upstream is not None else None
+        known = {filename for filename, _ in frozen}
+        listed = frozen + [file for file in upstream or () if file[0] not in known]
+        if not listed:
+            return None, f"pypi:{name}", True
+        return simple_page(listed), f"pypi:{name}", not frozen
 
     def _file(self, filename: str, kind: str) -> tuple[Body, str, bool]:
         artifact = self.frozen.files.get(filename.rsplit("/", 1)[-1])

@@ -59,13 +59,13 @@ def built_deb(work: Path, name: str, version: str) -> bytes:
     return deb.read_bytes()
 
 
-def built_wheel() -> bytes:
+def built_wheel(version: str = "2.0") -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as wheel:
-        wheel.writestr("bench_extra/__init__.py", "VALUE = 2\n")
-        info = "bench_extra-2.0.dist-info"
+        wheel.writestr("bench_extra/__init__.py", f"VALUE = {version!r}\n")
+        info = f"bench_extra-{version}.dist-info"
         wheel.writestr(
-            f"{info}/METADATA", "Metadata-Version: 2.1\nName: bench-extra\nVersion: 2.0\n"
+            f"{info}/METADATA", f"Metadata-Version: 2.1\nName: bench-extra\nVersion: {version}\n"
         )
         wheel.writestr(
             f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
