@@ -213,6 +213,34 @@ def test_a_project_the_frozen_set_has_at_another_version_is_recorded_at_the_one_
             assert got.returncode == 0, got.stdout + got.stderr
 
 
+def test_what_another_recording_took_is_recorded_again_under_this_task(
+    tmp_path: Path, resolution_file: Path
+) -> None:
+    """A file another task's trial took is in the resolution; this task's recording is not
+    served it from there: it is taken again and recorded under this task too, so replacing
+    either recording later leaves the other its file."""
+    wheel = built_wheel()
+    digest = ArtifactStore(CachePaths.default()).add_bytes(wheel, WHEEL_NAME)
+    other = PinnedArtifact.model_validate(
+        {"kind": "trial-python", "name": "bench-extra", "version": "2.0",
+         "url": f"https://pypi.example/{WHEEL_NAME}", "filename": WHEEL_NAME, "sha256": digest,
+         "size": len(wheel), "tasks": ("other-task",)}
+    )  # fmt: skip
+    write_model(
+        resolution_file, merge_recorded(read_model(resolution_file, Resolution), (other,), ())
+    )
+    with (
+        upstream_standin(tmp_path) as upstream,
+        recording_at(resolution_file, upstream, tmp_path / "rec", phase="trial") as recording,
+    ):
+        pip = pip_download(recording[0], tmp_path / "rec", "bench-extra==2.0")
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    served, _ = read_record(recording[2])
+    merged = merge_recorded(read_model(resolution_file, Resolution), served, (TASK,))
+    (artifact,) = merged.artifacts
+    assert (artifact.sha256, artifact.tasks) == (digest, tuple(sorted(("other-task", TASK))))
+
+
 def test_a_source_package_of_a_suite_the_task_names_is_recorded_by_path_then_served_offline(
     tmp_path: Path, resolution_file: Path
 ) -> None:

@@ -61,7 +61,12 @@ from runner.core.processes import start_listening
 from runner.core.signals import take_sigterm
 from runner.lab.state import LabPaths, load_lab_state
 from runner.spec.base_images import DEBIAN_RELEASES
-from runner.spec.resolution import DEBIAN_FILE_KINDS, PinnedArtifact, Resolution
+from runner.spec.resolution import (
+    DEBIAN_FILE_KINDS,
+    RECORDED_KINDS,
+    PinnedArtifact,
+    Resolution,
+)
 
 # apt asks for these on every update; the mirror has only Release and Packages.
 _APT_OPTIONAL = re.compile(r"^(InRelease|Release\.gpg|Packages\.\w+|.*Translation-.*|by-hash/.*)$")
@@ -138,12 +143,17 @@ class FrozenSet:
 
     @classmethod
     def of(
-        cls, resolution: Resolution, store: ArtifactStore, withhold: frozenset[str]
-    ) -> FrozenSet:
+        cls, resolution: Resolution, store: ArtifactStore, withhold: frozenset[str],
+        recorded: bool = True,
+    ) -> FrozenSet:  # fmt: skip
+        """What ``resolution`` lets the mirror serve, but the projects of ``withhold``; without
+        what tasks' builds and trials took when not ``recorded``."""
         kept = [
             artifact
             for artifact in resolution.artifacts
-            if artifact.kind in SERVED_KINDS and project_name(artifact.name) not in withhold
+            if artifact.kind in SERVED_KINDS
+            and project_name(artifact.name) not in withhold
+            and (recorded or artifact.kind not in RECORDED_KINDS)
         ]
         archive = {a.name: a for a in kept if a.kind in DEBIAN_FILE_KINDS}
         kept = [artifact for artifact in kept if artifact.kind not in DEBIAN_FILE_KINDS]
@@ -359,9 +369,14 @@ def serve(
     withhold: frozenset[str] = frozenset(),
     upstream: Callable[[ArtifactStore], Upstream] | None = None,
 ) -> None:
-    """Serve until stopped (SIGTERM, or the parent gone); ``upstream``: recording mode."""
+    """Serve until stopped (SIGTERM, or the parent gone); ``upstream``: recording mode, where
+    what the tasks' builds and trials took is not part of the set: a task's recording takes
+    all it needs beyond the set from upstream and records it under its own name (a file an
+    earlier recording of it or of another task took would otherwise go unrecorded for it, and
+    be lost to it when that recording is replaced)."""
     store = ArtifactStore(CachePaths.default())
-    frozen = FrozenSet.of(read_model(resolution_file, Resolution), store, withhold)
+    resolution = read_model(resolution_file, Resolution)
+    frozen = FrozenSet.of(resolution, store, withhold, recorded=upstream is None)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     answers = upstream(store) if upstream is not None else None
     asyncio.run(_serve_until_orphaned(Mirror(frozen, store, MirrorLog(log_path), answers), port))
